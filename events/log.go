@@ -1,0 +1,52 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrFenced means an append's expected last seq did not match the log: another
+// writer appended first. The caller must re-project, and step down if a higher
+// term is there. JetStream answers this with error codes 10071 and 10164.
+var ErrFenced = errors.New("fenced: log moved past the expected last seq")
+
+// ErrClosed is returned by a log that was closed.
+var ErrClosed = errors.New("log closed")
+
+// Record is one stored event body at its stream sequence.
+type Record struct {
+	Seq  uint64
+	Data []byte
+}
+
+// Decode decodes the record's body.
+func (r Record) Decode() (Event, error) { return Decode(r.Seq, r.Data) }
+
+// Log is the replicated, totally ordered event stream.
+//
+// Implementations: the in-memory MemLog here, and the JetStream log in
+// events/natslog. Both pass the conformance suite in events/logtest.
+type Log interface {
+	// Append appends evs in order, provided the log's last seq is expectedLast.
+	// Event i gets seq expectedLast+1+i and the message id MsgID(term, seq), so
+	// retrying an append whose outcome is unknown is safe: an event the log
+	// already holds under that id is stored once and its seq returned. It
+	// returns the seq of the last event, or an error wrapping ErrFenced when
+	// the log moved on. An append of several events stops at the first
+	// failure; the events before it stay appended.
+	Append(ctx context.Context, expectedLast uint64, evs ...Event) (uint64, error)
+	// Tail is the seq of the last event, 0 for an empty log.
+	Tail(ctx context.Context) (uint64, error)
+	// Read calls fn for every record from seq from up to the tail as it was
+	// when Read was called, in order, then returns nil. It stops early with
+	// fn's error.
+	Read(ctx context.Context, from uint64, fn func(Record) error) error
+	// Watch calls fn for every record from seq from on, in order, waiting
+	// for new ones, until ctx is done (it returns ctx.Err()) or fn fails (it
+	// returns that error).
+	Watch(ctx context.Context, from uint64, fn func(Record) error) error
+}
+
+// MsgID is the idempotency key of the event that is to get seq under term.
+func MsgID(term, seq uint64) string { return fmt.Sprintf("%d-%d", term, seq) }

@@ -1,0 +1,163 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// MemLog is an in-memory Log for projection and leader-logic unit tests. It
+// stores encoded bodies, so everything read from it went through the codec.
+// The zero value is an empty, usable log.
+type MemLog struct {
+	mu      sync.Mutex
+	recs    []memRec
+	changed chan struct{} // closed and replaced on every append
+	closed  bool
+}
+
+type memRec struct {
+	data  []byte
+	msgID string
+}
+
+// NewMemLog returns an empty in-memory log.
+func NewMemLog() *MemLog { return &MemLog{} }
+
+func (l *MemLog) signalLocked() {
+	if l.changed != nil {
+		close(l.changed)
+	}
+	l.changed = make(chan struct{})
+}
+
+func (l *MemLog) waitChan() <-chan struct{} {
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+// Append implements Log.
+func (l *MemLog) Append(ctx context.Context, expectedLast uint64, evs ...Event) (uint64, error) {
+	bodies := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, err := Encode(ev)
+		if err != nil {
+			return 0, err
+		}
+		bodies[i] = b
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	last := expectedLast
+	for i, ev := range evs {
+		seq := expectedLast + 1 + uint64(i)
+		id := MsgID(ev.Term, seq)
+		tail := uint64(len(l.recs))
+		if tail != seq-1 {
+			// A retry of an append that already landed is stored once.
+			if seq <= tail && l.recs[seq-1].msgID == id {
+				last = seq
+				continue
+			}
+			return last, fmt.Errorf("append seq %d: %w (last seq is %d)", seq, ErrFenced, tail)
+		}
+		l.recs = append(l.recs, memRec{data: bodies[i], msgID: id})
+		last = seq
+	}
+	l.signalLocked()
+	return last, nil
+}
+
+// AppendRaw appends a body as is, without CAS or codec: tests use it to put
+// corrupt or forged events into the log, as another writer could.
+func (l *MemLog) AppendRaw(body []byte) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, memRec{data: append([]byte(nil), body...)})
+	l.signalLocked()
+	return uint64(len(l.recs))
+}
+
+// Tail implements Log.
+func (l *MemLog) Tail(ctx context.Context) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return uint64(len(l.recs)), nil
+}
+
+// Close makes every later call fail with ErrClosed and ends Watch calls.
+func (l *MemLog) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.signalLocked()
+}
+
+// snapshot returns records [from, tail] and a channel closed on the next change.
+func (l *MemLog) snapshot(from uint64) ([]Record, <-chan struct{}, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, nil, ErrClosed
+	}
+	if from == 0 {
+		from = 1
+	}
+	var out []Record
+	for s := from; s <= uint64(len(l.recs)); s++ {
+		out = append(out, Record{Seq: s, Data: l.recs[s-1].data})
+	}
+	return out, l.waitChan(), nil
+}
+
+// Read implements Log.
+func (l *MemLog) Read(ctx context.Context, from uint64, fn func(Record) error) error {
+	recs, _, err := l.snapshot(from)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Watch implements Log.
+func (l *MemLog) Watch(ctx context.Context, from uint64, fn func(Record) error) error {
+	if from == 0 {
+		from = 1
+	}
+	for {
+		recs, changed, err := l.snapshot(from)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if err := fn(r); err != nil {
+				return err
+			}
+			from = r.Seq + 1
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
