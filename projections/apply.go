@@ -1,0 +1,542 @@
+package projections
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/termlog/termlog/events"
+)
+
+// Outcome is what the fold did with one event.
+type Outcome int
+
+// Outcomes.
+const (
+	Applied   Outcome = iota // changed the state
+	NoOp                     // valid, changed nothing (recorded in the counters)
+	Rejected                 // broke the term rule or a projection rule; state unchanged
+	Corrupt                  // could not be decoded; state unchanged
+	Duplicate                // seq already folded; nothing at all changed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case NoOp:
+		return "noop"
+	case Rejected:
+		return "rejected"
+	case Corrupt:
+		return "corrupt"
+	case Duplicate:
+		return "duplicate"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Result is the outcome of one event with a short reason.
+type Result struct {
+	Outcome Outcome
+	Kind    string // anomaly kind for Rejected and Corrupt
+	Reason  string
+}
+
+func (r Result) String() string {
+	if r.Reason == "" {
+		return r.Outcome.String()
+	}
+	if r.Kind != "" {
+		return fmt.Sprintf("%s %s: %s", r.Outcome, r.Kind, r.Reason)
+	}
+	return fmt.Sprintf("%s: %s", r.Outcome, r.Reason)
+}
+
+func applied(format string, a ...any) Result {
+	return Result{Outcome: Applied, Reason: fmt.Sprintf(format, a...)}
+}
+
+func noop(format string, a ...any) Result {
+	return Result{Outcome: NoOp, Reason: fmt.Sprintf(format, a...)}
+}
+
+func invalid(format string, a ...any) Result {
+	return Result{Outcome: Rejected, Kind: AnomalyInvalid, Reason: fmt.Sprintf(format, a...)}
+}
+
+// ApplyRecord decodes a stored record and folds it. A record that does not
+// decode is counted and kept as a corrupt anomaly; it is never an error.
+func (s *State) ApplyRecord(rec events.Record) Result {
+	return s.DecodeApply(rec.Seq, rec.Data)
+}
+
+// DecodeApply decodes the body of the event at seq and folds it.
+func (s *State) DecodeApply(seq uint64, body []byte) Result {
+	if seq != 0 && seq <= s.Seq {
+		return Result{Outcome: Duplicate, Reason: fmt.Sprintf("seq %d already folded (at %d)", seq, s.Seq)}
+	}
+	ev, err := events.Decode(seq, body)
+	if err != nil {
+		return s.applyCorrupt(ev, err)
+	}
+	return s.Apply(ev)
+}
+
+// ApplyCorrupt records an event that could not be decoded (from a JSONL file,
+// say). ev carries whatever envelope fields were read.
+func (s *State) ApplyCorrupt(ev events.Event, err error) Result {
+	if ev.Seq != 0 && ev.Seq <= s.Seq {
+		return Result{Outcome: Duplicate, Reason: fmt.Sprintf("seq %d already folded (at %d)", ev.Seq, s.Seq)}
+	}
+	return s.applyCorrupt(ev, err)
+}
+
+func (s *State) applyCorrupt(ev events.Event, err error) Result {
+	s.init()
+	if ev.Seq > s.Seq {
+		s.Seq = ev.Seq
+	}
+	s.Counters.Corrupt++
+	typ := ev.Type()
+	var de *events.DecodeError
+	if errors.As(err, &de) {
+		typ = de.Type
+	}
+	r := Result{Outcome: Corrupt, Kind: AnomalyCorrupt, Reason: err.Error()}
+	s.addAnomaly(Anomaly{Seq: ev.Seq, Term: ev.Term, Writer: ev.Writer, Type: typ, Kind: AnomalyCorrupt, Reason: err.Error()})
+	return r
+}
+
+func (s *State) addAnomaly(a Anomaly) {
+	if len(s.Anomalies) >= MaxAnomalies {
+		n := copy(s.Anomalies, s.Anomalies[len(s.Anomalies)-MaxAnomalies+1:])
+		s.Anomalies = s.Anomalies[:n]
+	}
+	s.Anomalies = append(s.Anomalies, a)
+}
+
+// Apply folds one decoded event. ev.Seq must be greater than the state's seq
+// (a smaller or equal seq is a Duplicate and changes nothing); seq 0 means
+// "next". Apply never panics and never returns an error: rejections are
+// outcomes, counted and kept as anomalies.
+func (s *State) Apply(ev events.Event) Result {
+	s.init()
+	if ev.Seq == 0 {
+		ev.Seq = s.Seq + 1
+	} else if ev.Seq <= s.Seq {
+		return Result{Outcome: Duplicate, Reason: fmt.Sprintf("seq %d already folded (at %d)", ev.Seq, s.Seq)}
+	}
+	s.Seq = ev.Seq
+	r := s.apply(ev)
+	switch r.Outcome {
+	case Applied:
+		s.Counters.Applied++
+		s.At = ev.At
+	case NoOp:
+		s.Counters.NoOps++
+	case Rejected:
+		s.Counters.Rejected++
+		if r.Kind == AnomalyStaleTerm {
+			s.Counters.StaleTerm++
+		}
+		s.addAnomaly(Anomaly{Seq: ev.Seq, Term: ev.Term, Writer: ev.Writer, Type: ev.Type(), Kind: r.Kind, Reason: r.Reason})
+	}
+	return r
+}
+
+func (s *State) apply(ev events.Event) Result {
+	if ev.Data == nil {
+		return invalid("no payload")
+	}
+	// The term rule comes before anything else.
+	if ts, ok := ev.Data.(events.TermStarted); ok {
+		return s.termStarted(ev, ts)
+	}
+	if ev.Term < s.Term {
+		return Result{Outcome: Rejected, Kind: AnomalyStaleTerm, Reason: fmt.Sprintf("term %d < current term %d", ev.Term, s.Term)}
+	}
+	if ev.Term > s.Term {
+		return Result{Outcome: Rejected, Kind: AnomalyFutureTerm, Reason: fmt.Sprintf("term %d > current term %d without term.started", ev.Term, s.Term)}
+	}
+	switch d := ev.Data.(type) {
+	case events.WorkerRegistered:
+		return s.workerRegistered(ev, d)
+	case events.WorkerActivated:
+		return s.workerActivated(d)
+	case events.WorkerExpired:
+		return s.workerRemoved(d.ID, d.Epoch)
+	case events.WorkerDeregistered:
+		return s.workerRemoved(d.ID, d.Epoch)
+	case events.StoreRegistered:
+		return s.storeRegistered(ev, d)
+	case events.StoreState:
+		return s.storeState(ev, d)
+	case events.ShardCreated:
+		return s.shardCreated(d)
+	case events.ShardReplicaAdding:
+		return s.replicaAdding(ev, events.ReplicaChange(d))
+	case events.ShardReplicaAdded:
+		return s.replicaAdded(events.ReplicaChange(d))
+	case events.ShardReplicaRemoving:
+		return s.replicaRemoving(ev, events.ReplicaChange(d))
+	case events.ShardReplicaRemoved:
+		return s.replicaRemoved(events.ReplicaChange(d))
+	case events.ShardObserved:
+		return s.shardObserved(d)
+	case events.OperatorStarted:
+		return s.operatorStarted(ev, events.Operator(d))
+	case events.OperatorFinished:
+		return s.operatorEnded(ev, events.Operator(d), OperatorFinished)
+	case events.OperatorFailed:
+		return s.operatorEnded(ev, events.Operator(d), OperatorFailed)
+	}
+	return invalid("unknown payload %T", ev.Data)
+}
+
+func (s *State) termStarted(ev events.Event, d events.TermStarted) Result {
+	if ev.Term < s.Term {
+		return Result{Outcome: Rejected, Kind: AnomalyStaleTerm, Reason: fmt.Sprintf("term %d < current term %d", ev.Term, s.Term)}
+	}
+	if d.Term != ev.Term {
+		return invalid("data term %d != envelope term %d", d.Term, ev.Term)
+	}
+	if ev.Term == s.Term {
+		return invalid("term %d already started", ev.Term)
+	}
+	if d.Leader == "" {
+		return invalid("no leader")
+	}
+	s.Term = ev.Term
+	s.Leader = d.Leader
+	return applied("term %d leader %s", d.Term, d.Leader)
+}
+
+func (s *State) workerRegistered(ev events.Event, d events.WorkerRegistered) Result {
+	if d.ID != s.NextWorkerID {
+		return invalid("worker id %d != next worker id %d", d.ID, s.NextWorkerID)
+	}
+	if d.Endpoint == "" {
+		return invalid("worker %d has no endpoint", d.ID)
+	}
+	r := applied("worker %d epoch %d at %s", d.ID, ev.Seq, d.Endpoint)
+	if old, ok := s.Endpoints[d.Endpoint]; ok {
+		delete(s.Workers, old)
+		r.Reason += fmt.Sprintf(", supersedes worker %d", old)
+	}
+	s.Workers[d.ID] = &Worker{
+		ID: d.ID, Epoch: ev.Seq, Incarnation: d.Incarnation, Endpoint: d.Endpoint,
+		Kind: d.Kind, Parallelism: d.Parallelism, State: WorkerStarting, Term: ev.Term,
+	}
+	s.Endpoints[d.Endpoint] = d.ID
+	s.NextWorkerID++
+	return r
+}
+
+func (s *State) workerActivated(d events.WorkerActivated) Result {
+	w, ok := s.Workers[d.ID]
+	if !ok || w.Epoch != d.Epoch {
+		return noop("no active worker %d epoch %d", d.ID, d.Epoch)
+	}
+	if w.State == WorkerRunning {
+		return noop("worker %d already running", d.ID)
+	}
+	w.State = WorkerRunning
+	return applied("worker %d running", d.ID)
+}
+
+func (s *State) workerRemoved(id, epoch uint64) Result {
+	w, ok := s.Workers[id]
+	if !ok || w.Epoch != epoch {
+		return noop("no active worker %d epoch %d", id, epoch)
+	}
+	delete(s.Workers, id)
+	if s.Endpoints[w.Endpoint] == id {
+		delete(s.Endpoints, w.Endpoint)
+	}
+	return applied("worker %d epoch %d removed", id, epoch)
+}
+
+func (s *State) storeRegistered(ev events.Event, d events.StoreRegistered) Result {
+	if d.Store == "" || d.RaftAddr == "" {
+		return invalid("store registration needs store and raft_addr")
+	}
+	for id, st := range s.Stores {
+		if id != d.Store && st.RaftAddr == d.RaftAddr && st.State != events.StoreTombstone {
+			return invalid("raft address %s belongs to store %s", d.RaftAddr, id)
+		}
+	}
+	st, ok := s.Stores[d.Store]
+	if !ok {
+		st = &Store{ID: d.Store}
+		s.Stores[d.Store] = st
+	} else if st.State == events.StoreTombstone {
+		return invalid("store %s is a tombstone", d.Store)
+	}
+	st.Incarnation = d.Incarnation
+	st.RaftAddr = d.RaftAddr
+	st.State = events.StoreUp
+	st.Until = time.Time{}
+	st.Since = ev.Seq
+	return applied("store %s at %s", d.Store, d.RaftAddr)
+}
+
+func (s *State) storeState(ev events.Event, d events.StoreState) Result {
+	st, ok := s.Stores[d.Store]
+	if !ok {
+		return invalid("unknown store %q", d.Store)
+	}
+	switch d.State {
+	case events.StoreUp, events.StoreDown, events.StoreDraining, events.StoreTombstone:
+	default:
+		return invalid("unknown store state %q", d.State)
+	}
+	if st.State == events.StoreTombstone {
+		return invalid("store %s is a tombstone", d.Store)
+	}
+	if d.State == events.StoreTombstone {
+		for _, sh := range s.Shards {
+			for r, on := range sh.Members {
+				if on == d.Store {
+					return invalid("store %s still holds replica %d of shard %d", d.Store, r, sh.ID)
+				}
+			}
+		}
+	}
+	if st.State == d.State && st.Until.Equal(d.Until) {
+		return noop("store %s already %s", d.Store, d.State)
+	}
+	st.State = d.State
+	st.Until = d.Until.UTC()
+	if d.State != events.StoreDraining {
+		st.Until = time.Time{}
+	}
+	st.Since = ev.Seq
+	return applied("store %s %s", d.Store, d.State)
+}
+
+func (s *State) registeredStore(id string) bool {
+	st, ok := s.Stores[id]
+	return ok && st.State != events.StoreTombstone
+}
+
+func (s *State) shardCreated(d events.ShardCreated) Result {
+	if _, ok := s.Shards[d.Shard]; ok {
+		return invalid("shard %d exists", d.Shard)
+	}
+	if d.Shard == 0 || len(d.Replicas) == 0 {
+		return invalid("shard %d needs an id and replicas", d.Shard)
+	}
+	seen := map[string]bool{}
+	for _, r := range sortedKeys(d.Replicas) {
+		st := d.Replicas[r]
+		if r == 0 {
+			return invalid("replica id 0")
+		}
+		if !s.registeredStore(st) {
+			return invalid("replica %d on unregistered store %q", r, st)
+		}
+		if seen[st] {
+			return invalid("two replicas on store %s", st)
+		}
+		seen[st] = true
+	}
+	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas)}
+	return applied("shard %d with %d replicas", d.Shard, len(d.Replicas))
+}
+
+func (s *State) replicaAdding(ev events.Event, d events.ReplicaChange) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	if _, gone := sh.Removed[d.Replica]; gone {
+		return invalid("replica %d of shard %d was removed; ids are never reused", d.Replica, d.Shard)
+	}
+	if sh.IsMember(d.Replica) {
+		return noop("replica %d already a member of shard %d", d.Replica, d.Shard)
+	}
+	if !s.registeredStore(d.Store) {
+		return invalid("unregistered store %q", d.Store)
+	}
+	if sh.Pending == nil {
+		sh.Pending = map[uint64]Pending{}
+	}
+	sh.Pending[d.Replica] = Pending{Kind: PendingAdding, Store: d.Store, CCID: d.CCID, Op: d.Op, Seq: ev.Seq}
+	return applied("shard %d adding replica %d on %s", d.Shard, d.Replica, d.Store)
+}
+
+func (s *State) replicaAdded(d events.ReplicaChange) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	if _, gone := sh.Removed[d.Replica]; gone {
+		return invalid("replica %d of shard %d was removed; ids are never reused", d.Replica, d.Shard)
+	}
+	if !s.registeredStore(d.Store) {
+		return invalid("unregistered store %q", d.Store)
+	}
+	if cur, ok := sh.Members[d.Replica]; ok && cur == d.Store {
+		delete(sh.Pending, d.Replica)
+		sh.CCID = max(sh.CCID, d.CCID)
+		return noop("replica %d already a member of shard %d", d.Replica, d.Shard)
+	}
+	for r, st := range sh.Members {
+		if st == d.Store {
+			return invalid("store %s already holds replica %d of shard %d", d.Store, r, d.Shard)
+		}
+	}
+	sh.Members[d.Replica] = d.Store
+	delete(sh.Pending, d.Replica)
+	sh.CCID = max(sh.CCID, d.CCID)
+	return applied("shard %d replica %d added on %s", d.Shard, d.Replica, d.Store)
+}
+
+func (s *State) replicaRemoving(ev events.Event, d events.ReplicaChange) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	st, ok := sh.Members[d.Replica]
+	if !ok {
+		return noop("replica %d is not a member of shard %d", d.Replica, d.Shard)
+	}
+	if sh.Pending == nil {
+		sh.Pending = map[uint64]Pending{}
+	}
+	sh.Pending[d.Replica] = Pending{Kind: PendingRemoving, Store: st, CCID: d.CCID, Op: d.Op, Seq: ev.Seq}
+	return applied("shard %d removing replica %d from %s", d.Shard, d.Replica, st)
+}
+
+func (s *State) replicaRemoved(d events.ReplicaChange) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	st, member := sh.Members[d.Replica]
+	if !member {
+		if _, gone := sh.Removed[d.Replica]; gone {
+			delete(sh.Pending, d.Replica)
+			return noop("replica %d of shard %d already removed", d.Replica, d.Shard)
+		}
+		st = d.Store
+	}
+	delete(sh.Members, d.Replica)
+	delete(sh.Pending, d.Replica)
+	if sh.Removed == nil {
+		sh.Removed = map[uint64]string{}
+	}
+	sh.Removed[d.Replica] = st
+	sh.CCID = max(sh.CCID, d.CCID)
+	if sh.Leader == d.Replica {
+		sh.Leader = 0
+	}
+	return applied("shard %d replica %d removed from %s", d.Shard, d.Replica, st)
+}
+
+func (s *State) shardObserved(d events.ShardObserved) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	if d.CCID < sh.CCID {
+		return noop("shard %d observed ccid %d older than %d", d.Shard, d.CCID, sh.CCID)
+	}
+	if d.CCID == sh.CCID {
+		if d.Leader == sh.Leader || (d.Leader != 0 && !sh.IsMember(d.Leader)) {
+			return noop("shard %d observed ccid %d is not newer", d.Shard, d.CCID)
+		}
+		sh.Leader = d.Leader
+		return applied("shard %d leader %d", d.Shard, d.Leader)
+	}
+	if len(d.Replicas) == 0 {
+		return invalid("shard %d observed with no replicas", d.Shard)
+	}
+	perStore := map[string]bool{}
+	for _, r := range sortedKeys(d.Replicas) {
+		st := d.Replicas[r]
+		if !s.registeredStore(st) {
+			return invalid("replica %d on unregistered store %q", r, st)
+		}
+		if perStore[st] {
+			return invalid("two replicas on store %s", st)
+		}
+		perStore[st] = true
+	}
+	for r, st := range sh.Members {
+		if _, still := d.Replicas[r]; !still {
+			if sh.Removed == nil {
+				sh.Removed = map[uint64]string{}
+			}
+			sh.Removed[r] = st
+		}
+	}
+	// Raft is the truth for its own membership.
+	for r := range d.Replicas {
+		delete(sh.Removed, r)
+	}
+	sh.Members = cloneMap(d.Replicas)
+	for r, p := range sh.Pending {
+		if (p.Kind == PendingAdding && sh.IsMember(r)) || (p.Kind == PendingRemoving && !sh.IsMember(r)) {
+			delete(sh.Pending, r)
+		}
+	}
+	sh.CCID = d.CCID
+	sh.Leader = 0
+	if sh.IsMember(d.Leader) {
+		sh.Leader = d.Leader
+	}
+	return applied("shard %d observed ccid %d with %d replicas", d.Shard, d.CCID, len(d.Replicas))
+}
+
+func (s *State) operatorStarted(ev events.Event, d events.Operator) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	if d.Op == "" {
+		return invalid("operator without id")
+	}
+	if _, ok := s.Operators[d.Op]; ok {
+		return invalid("operator %s already running", d.Op)
+	}
+	if sh.Operator != "" {
+		return invalid("shard %d already has operator %s", d.Shard, sh.Operator)
+	}
+	s.Operators[d.Op] = &Operator{ID: d.Op, Shard: d.Shard, Steps: append([]string(nil), d.Steps...), State: OperatorRunning, Started: ev.Seq}
+	sh.Operator = d.Op
+	return applied("operator %s on shard %d", d.Op, d.Shard)
+}
+
+func (s *State) operatorEnded(ev events.Event, d events.Operator, state string) Result {
+	op, ok := s.Operators[d.Op]
+	if !ok {
+		return noop("operator %s is not running", d.Op)
+	}
+	delete(s.Operators, d.Op)
+	if sh, ok := s.Shards[op.Shard]; ok && sh.Operator == d.Op {
+		sh.Operator = ""
+	}
+	ended := *op
+	ended.State = state
+	ended.Reason = d.Reason
+	ended.Finished = ev.Seq
+	if len(s.History) >= MaxHistory {
+		n := copy(s.History, s.History[len(s.History)-MaxHistory+1:])
+		s.History = s.History[:n]
+	}
+	s.History = append(s.History, ended)
+	return applied("operator %s %s", d.Op, state)
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
