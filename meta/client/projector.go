@@ -1,0 +1,176 @@
+// Package client is what a worker or a log store embeds to talk to meta: the
+// RPC messages, a worker client that follows the leader, the control-stream
+// agent, and the Projector that folds the event stream into a local view.
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/projections"
+)
+
+// Projector folds a Log into a projections.State and serves read-only views
+// of it. Run owns the only goroutine; every other method is safe to call
+// from any goroutine.
+type Projector struct {
+	log    events.Log
+	logger zerolog.Logger
+	clock  clock.Clock
+
+	mu      sync.Mutex
+	state   *projections.State
+	view    *projections.State // clone of state, made on demand
+	changed chan struct{}      // closed and replaced on every change
+	lastErr error
+	healthy bool
+}
+
+// NewProjector returns a projector over log starting from an empty state.
+func NewProjector(log events.Log, logger zerolog.Logger, clk clock.Clock) *Projector {
+	return NewProjectorFrom(log, projections.New(), logger, clk)
+}
+
+// NewProjectorFrom starts from a state (a snapshot) and folds what follows it.
+func NewProjectorFrom(log events.Log, st *projections.State, logger zerolog.Logger, clk clock.Clock) *Projector {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Projector{log: log, logger: logger, clock: clk, state: st, changed: make(chan struct{})}
+}
+
+// Run folds the log until ctx is done. When the log cannot be read it logs,
+// reports itself unhealthy and retries with backoff; it never gives up.
+func (p *Projector) Run(ctx context.Context) error {
+	backoff := 50 * time.Millisecond
+	for {
+		from := p.Seq() + 1
+		err := p.log.Watch(ctx, from, func(rec events.Record) error {
+			p.apply(rec)
+			backoff = 50 * time.Millisecond
+			return nil
+		})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p.setErr(err)
+		p.logger.Warn().Err(err).Uint64("seq", p.Seq()).Dur("retry_in", backoff).Msg("event stream unreadable; retrying")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.clock.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (p *Projector) setErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastErr = err
+	p.healthy = false
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *Projector) apply(rec events.Record) {
+	p.mu.Lock()
+	r := p.state.ApplyRecord(rec)
+	p.view = nil
+	p.healthy = true
+	p.lastErr = nil
+	close(p.changed)
+	p.changed = make(chan struct{})
+	term := p.state.Term
+	p.mu.Unlock()
+	switch r.Outcome {
+	case projections.Rejected:
+		p.logger.Warn().Uint64("seq", rec.Seq).Uint64("term", term).Str("kind", r.Kind).Str("reason", r.Reason).Msg("event rejected by projection")
+	case projections.Corrupt:
+		p.logger.Error().Uint64("seq", rec.Seq).Str("reason", r.Reason).Msg("corrupt event skipped")
+	}
+}
+
+// View returns the current state. It is shared: callers must not modify it.
+func (p *Projector) View() *projections.State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.view == nil {
+		p.view = p.state.Clone()
+	}
+	return p.view
+}
+
+// Seq is the last folded seq.
+func (p *Projector) Seq() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.Seq
+}
+
+// Healthy reports whether the last read of the log succeeded, and the last error.
+func (p *Projector) Healthy() (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.healthy, p.lastErr
+}
+
+// Changed returns a channel closed at the next change of the view.
+func (p *Projector) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+// WaitFor blocks until cond holds for the view, and returns that view.
+func (p *Projector) WaitFor(ctx context.Context, cond func(*projections.State) bool) (*projections.State, error) {
+	for {
+		ch := p.Changed()
+		v := p.View()
+		if cond(v) {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// WaitSeq blocks until the view has folded seq.
+func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State, error) {
+	return p.WaitFor(ctx, func(s *projections.State) bool { return s.Seq >= seq })
+}
+
+// CatchUp waits until the view has folded everything the log held when it
+// was called.
+func (p *Projector) CatchUp(ctx context.Context) (*projections.State, error) {
+	tail, err := p.log.Tail(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.WaitSeq(ctx, tail)
+}
+
+// ErrNotProjected is returned by Load when the log could not be read.
+var ErrNotProjected = errors.New("event stream not projected")
+
+// Load folds a log from an empty state up to its tail and returns the state:
+// the one-shot read used by status and worker list.
+func Load(ctx context.Context, log events.Log) (*projections.State, error) {
+	st := projections.New()
+	if err := log.Read(ctx, 1, func(rec events.Record) error {
+		st.ApplyRecord(rec)
+		return nil
+	}); err != nil {
+		return nil, errors.Join(ErrNotProjected, err)
+	}
+	return st, nil
+}

@@ -1,0 +1,183 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/internal/clock"
+)
+
+// WorkerConfig configures a worker's link to meta.
+type WorkerConfig struct {
+	Cluster     string
+	Incarnation string // unique per process start
+	Endpoint    string // host:port of the worker's control-stream listener
+	Kind        string
+	Parallelism int
+	// Heartbeat is the heartbeat interval (default 1s).
+	Heartbeat time.Duration
+	// RequestTimeout bounds one RPC (default 2s).
+	RequestTimeout time.Duration
+	Logger         zerolog.Logger
+	Clock          clock.Clock
+}
+
+// Worker registers with the meta leader, activates and heartbeats, and
+// registers again when told to. It follows the leader: requests go to
+// whichever replica leads and are retried with backoff while there is none.
+type Worker struct {
+	nc  *nats.Conn
+	cfg WorkerConfig
+
+	mu  sync.Mutex
+	ref WorkerRef
+}
+
+// NewWorker returns a worker client on nc.
+func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
+	if cfg.Cluster == "" {
+		cfg.Cluster = "termlog"
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 2 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if err := ValidateEndpoint(cfg.Endpoint); err != nil {
+		return nil, err
+	}
+	if cfg.Incarnation == "" {
+		return nil, errors.New("worker needs an incarnation")
+	}
+	return &Worker{nc: nc, cfg: cfg}, nil
+}
+
+// Ref is the current registration (zero before the first one).
+func (w *Worker) Ref() WorkerRef {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ref
+}
+
+// call sends one request and retries transient failures with backoff until
+// ctx is done. It returns the reply or a permanent error.
+func (w *Worker) call(ctx context.Context, rpc string, req any) (Reply, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Reply{}, err
+	}
+	subj := RPCSubject(w.cfg.Cluster, rpc)
+	backoff := 50 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.RequestTimeout)
+		msg, err := w.nc.RequestWithContext(rctx, subj, body)
+		cancel()
+		var rep Reply
+		if err == nil {
+			if jerr := json.Unmarshal(msg.Data, &rep); jerr != nil {
+				err = fmt.Errorf("malformed reply: %v", jerr)
+			} else if rep.Error != nil {
+				switch rep.Error.Code {
+				case CodeNotLeader, CodeUnavailable:
+					err = rep.Error
+				default:
+					return rep, rep.Error
+				}
+			} else {
+				return rep, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return Reply{}, fmt.Errorf("%s: %w (last error: %v)", rpc, ctx.Err(), err)
+		}
+		w.cfg.Logger.Debug().Err(err).Str("rpc", rpc).Dur("retry_in", backoff).Msg("meta not answering; retrying")
+		select {
+		case <-ctx.Done():
+			return Reply{}, fmt.Errorf("%s: %w (last error: %v)", rpc, ctx.Err(), err)
+		case <-w.cfg.Clock.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// Register obtains an id. The same incarnation gets the same id back while
+// its registration is active.
+func (w *Worker) Register(ctx context.Context) (WorkerRef, error) {
+	rep, err := w.call(ctx, RPCRegister, RegisterRequest{
+		Incarnation: w.cfg.Incarnation, Endpoint: w.cfg.Endpoint, Kind: w.cfg.Kind, Parallelism: w.cfg.Parallelism,
+	})
+	if err != nil {
+		return WorkerRef{}, err
+	}
+	ref := WorkerRef{ID: rep.ID, Epoch: rep.Epoch}
+	w.mu.Lock()
+	w.ref = ref
+	w.mu.Unlock()
+	w.cfg.Logger.Info().Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).Uint64("term", rep.Term).Str("endpoint", w.cfg.Endpoint).Msg("registered")
+	return ref, nil
+}
+
+// Activate marks the registration running.
+func (w *Worker) Activate(ctx context.Context) error {
+	_, err := w.call(ctx, RPCActivate, w.Ref())
+	return err
+}
+
+// Heartbeat renews the registration; errors.Is(err, ErrReregister) means
+// meta no longer knows it.
+func (w *Worker) Heartbeat(ctx context.Context) error {
+	_, err := w.call(ctx, RPCHeartbeat, w.Ref())
+	return err
+}
+
+// Deregister ends the registration.
+func (w *Worker) Deregister(ctx context.Context) error {
+	_, err := w.call(ctx, RPCDeregister, w.Ref())
+	return err
+}
+
+// Run registers, activates and heartbeats until ctx is done, registering
+// again whenever meta says the registration is gone.
+func (w *Worker) Run(ctx context.Context) error {
+	for {
+		if _, err := w.Register(ctx); err != nil {
+			return ctxOr(ctx, err)
+		}
+		if err := w.Activate(ctx); err != nil && !errors.Is(err, ErrReregister) {
+			return ctxOr(ctx, err)
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-w.cfg.Clock.After(w.cfg.Heartbeat):
+			}
+			err := w.Heartbeat(ctx)
+			if errors.Is(err, ErrReregister) {
+				w.cfg.Logger.Warn().Uint64("worker_id", w.Ref().ID).Msg("meta does not know this registration; registering again")
+				break
+			}
+			if err != nil {
+				return ctxOr(ctx, err)
+			}
+		}
+	}
+}
+
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,429 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+// ErrNotLeader is returned by leader actions after leadership was lost.
+var ErrNotLeader = errors.New("not the leader")
+
+// leaderSession is one term of leadership. Everything in it lives and dies
+// with ctx; Replica.lead joins every goroutine before it returns.
+type leaderSession struct {
+	r      *Replica
+	term   uint64
+	ctx    context.Context
+	lose   func(reason string)
+	logger zerolog.Logger
+
+	sem         chan struct{} // serialises decisions+appends
+	lastWritten uint64
+
+	dmu       sync.Mutex
+	deadlines map[uint64]deadline // heartbeat deadlines by worker id (memory only)
+
+	rmu sync.Mutex
+	rec Recovery
+}
+
+type deadline struct {
+	epoch uint64
+	at    time.Time
+}
+
+func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
+	cfg := &l.r.cfg
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cfg.Clock.After(cfg.LeaseTTL / 3):
+		}
+		if err := cfg.Failpoints.Hit(ctx, FPBeforeRenewal); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			l.lose(fmt.Sprintf("renewal: %v", err))
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, cfg.LeaseTTL/3)
+		err := cfg.Lease.Renew(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.lose(fmt.Sprintf("renewal failed: %v", err))
+			}
+			return
+		}
+		last.Store(cfg.Clock.Now())
+	}
+}
+
+// watchdog ends the term when lease*2/3 passes without a renewal, whatever
+// the renewal call is doing.
+func (l *leaderSession) watchdog(ctx context.Context, last *atomicTime) {
+	cfg := &l.r.cfg
+	limit := cfg.LeaseTTL * 2 / 3
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cfg.Clock.After(cfg.LeaseTTL / 12):
+		}
+		if since := cfg.Clock.Now().Sub(last.Load()); since > limit {
+			l.lose(fmt.Sprintf("no lease renewal for %s (limit %s)", since.Round(time.Millisecond), limit))
+			return
+		}
+	}
+}
+
+// startTerm projects to the tail and appends term.started with the CAS.
+func (l *leaderSession) startTerm(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		if _, err := l.r.proj.CatchUp(ctx); err != nil {
+			return fmt.Errorf("catch up: %w", err)
+		}
+		if err := l.r.cfg.Failpoints.Hit(ctx, FPBeforeTermStarted); err != nil {
+			return err
+		}
+		_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+			if v.Term >= l.term {
+				return nil, fmt.Errorf("%w: projection already at term %d >= %d", ErrNotLeader, v.Term, l.term)
+			}
+			return []events.Payload{events.TermStarted{Term: l.term, Leader: l.r.cfg.ID}}, nil
+		})
+		if err == nil {
+			l.logger.Info().Uint64("seq", l.lastWritten).Msg("term started")
+			return nil
+		}
+		if !errors.Is(err, events.ErrFenced) || attempt >= 5 {
+			return err
+		}
+	}
+}
+
+// mutate is the only way a leader changes cluster state: decide on the
+// current view, then append with expected last seq = that view's seq. If a
+// failpoint is named it is hit between the decision and the append. On
+// ErrFenced it re-projects and steps down if a higher term is there.
+func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) (*projections.State, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-l.sem }()
+	v, err := l.r.proj.WaitSeq(ctx, l.lastWritten)
+	if err != nil {
+		return nil, err
+	}
+	if v.Term > l.term {
+		l.lose(fmt.Sprintf("projection shows term %d > %d", v.Term, l.term))
+		return nil, ErrNotLeader
+	}
+	payloads, err := decide(v)
+	if err != nil || len(payloads) == 0 {
+		return v, err
+	}
+	if fp != "" {
+		if err := l.r.cfg.Failpoints.Hit(ctx, fp); err != nil {
+			return nil, err
+		}
+	}
+	now := l.r.cfg.Clock.Now()
+	evs := make([]events.Event, len(payloads))
+	for i, p := range payloads {
+		evs[i] = events.Event{Term: l.term, Writer: l.r.cfg.ID, At: now, Data: p}
+	}
+	last, err := l.append(ctx, v.Seq, evs)
+	if err != nil {
+		if errors.Is(err, events.ErrFenced) {
+			l.onFenced(ctx, err)
+		}
+		return nil, err
+	}
+	l.lastWritten = last
+	return l.r.proj.WaitSeq(ctx, last)
+}
+
+// append retries an append whose outcome is unknown with the same message
+// ids, so it is stored once.
+func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
+		var last uint64
+		last, err = l.r.cfg.Log.Append(actx, expected, evs...)
+		cancel()
+		if err == nil {
+			return last, nil
+		}
+		if errors.Is(err, events.ErrFenced) {
+			return 0, err
+		}
+		l.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return 0, err
+}
+
+func (l *leaderSession) onFenced(ctx context.Context, err error) {
+	l.r.fenced.Add(1)
+	l.logger.Warn().Err(err).Msg("append fenced; re-projecting")
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
+	defer cancel()
+	v, cerr := l.r.proj.CatchUp(cctx)
+	if cerr != nil {
+		l.lose(fmt.Sprintf("fenced and cannot re-project: %v", cerr))
+		return
+	}
+	if v.Term > l.term {
+		l.lose(fmt.Sprintf("fenced by term %d > %d", v.Term, l.term))
+	}
+}
+
+// serveRPC answers worker RPCs while the term lasts. Requests are handled one
+// at a time in this goroutine, so none outlives the term.
+func (l *leaderSession) serveRPC(ctx context.Context) {
+	nc := l.r.cfg.NC
+	if nc == nil {
+		return
+	}
+	ch := make(chan *nats.Msg, 1024)
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	for _, rpc := range []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister} {
+		s, err := nc.ChanSubscribe(client.RPCSubject(l.r.cfg.Cluster, rpc), ch)
+		if err != nil {
+			l.lose(fmt.Sprintf("subscribe %s: %v", rpc, err))
+			return
+		}
+		subs = append(subs, s)
+	}
+	prefix := len(l.r.cfg.Cluster) + len(".rpc.")
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-ch:
+			if len(m.Subject) <= prefix {
+				continue
+			}
+			rep := l.handle(ctx, m.Subject[prefix:], m.Data)
+			rep.Term, rep.Leader = l.term, l.r.cfg.ID
+			b, _ := json.Marshal(rep)
+			if m.Reply != "" {
+				_ = m.Respond(b)
+			}
+		}
+	}
+}
+
+func badRequest(err error) client.Reply {
+	return client.Reply{Error: &client.RPCError{Code: client.CodeBadRequest, Message: err.Error()}}
+}
+
+func unavailable(err error) client.Reply {
+	code := client.CodeUnavailable
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, events.ErrFenced) || errors.Is(err, context.Canceled) {
+		code = client.CodeNotLeader
+	}
+	return client.Reply{Error: &client.RPCError{Code: code, Message: err.Error()}}
+}
+
+func reregister(ref client.WorkerRef) client.Reply {
+	return client.Reply{Error: &client.RPCError{Code: client.CodeReregister, Message: fmt.Sprintf("no active worker %d epoch %d; register again", ref.ID, ref.Epoch)}}
+}
+
+// handle answers one RPC. It never panics on input: every request is decoded
+// and validated first.
+func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) client.Reply {
+	switch rpc {
+	case client.RPCRegister:
+		req, err := client.DecodeRegister(data)
+		if err != nil {
+			return badRequest(err)
+		}
+		return l.register(ctx, req)
+	case client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister:
+		ref, err := client.DecodeWorkerRef(data)
+		if err != nil {
+			return badRequest(err)
+		}
+		switch rpc {
+		case client.RPCActivate:
+			return l.activate(ctx, ref)
+		case client.RPCHeartbeat:
+			return l.heartbeat(ref)
+		default:
+			return l.deregister(ctx, ref)
+		}
+	}
+	return badRequest(fmt.Errorf("unknown rpc %q", rpc))
+}
+
+func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
+	var existing *projections.Worker
+	v, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		if w, ok := v.WorkerByIncarnation(req.Incarnation); ok && w.Endpoint == req.Endpoint {
+			existing = &w
+			return nil, nil
+		}
+		return []events.Payload{events.WorkerRegistered{
+			ID: v.NextWorkerID, Incarnation: req.Incarnation, Endpoint: req.Endpoint, Kind: req.Kind, Parallelism: req.Parallelism,
+		}}, nil
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	w := existing
+	if w == nil {
+		got, ok := v.WorkerAt(req.Endpoint)
+		if !ok || got.Incarnation != req.Incarnation {
+			return unavailable(errors.New("registration not visible in the projection"))
+		}
+		w = &got
+		l.logger.Info().Uint64("worker_id", w.ID).Uint64("epoch", w.Epoch).Str("endpoint", w.Endpoint).Msg("worker registered")
+	}
+	l.touch(w.ID, w.Epoch)
+	return client.Reply{ID: w.ID, Epoch: w.Epoch}
+}
+
+func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
+	known := true
+	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		w, ok := v.Worker(ref.ID)
+		if !ok || w.Epoch != ref.Epoch {
+			known = false
+			return nil, nil
+		}
+		if w.State == projections.WorkerRunning {
+			return nil, nil
+		}
+		return []events.Payload{events.WorkerActivated{ID: ref.ID, Epoch: ref.Epoch}}, nil
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	if !known {
+		return reregister(ref)
+	}
+	l.touch(ref.ID, ref.Epoch)
+	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
+}
+
+func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
+	w, ok := l.r.proj.View().Worker(ref.ID)
+	if !ok || w.Epoch != ref.Epoch {
+		return reregister(ref)
+	}
+	now := l.r.cfg.Clock.Now()
+	l.dmu.Lock()
+	d, has := l.deadlines[ref.ID]
+	expired := has && d.epoch == ref.Epoch && now.After(d.at)
+	if !expired {
+		l.deadlines[ref.ID] = deadline{epoch: ref.Epoch, at: now.Add(l.r.cfg.WorkerTimeout)}
+	}
+	l.dmu.Unlock()
+	if expired {
+		return reregister(ref)
+	}
+	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
+}
+
+func (l *leaderSession) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
+	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		if w, ok := v.Worker(ref.ID); !ok || w.Epoch != ref.Epoch {
+			return nil, nil
+		}
+		return []events.Payload{events.WorkerDeregistered{ID: ref.ID, Epoch: ref.Epoch}}, nil
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
+}
+
+func (l *leaderSession) touch(id, epoch uint64) {
+	l.dmu.Lock()
+	l.deadlines[id] = deadline{epoch: epoch, at: l.r.cfg.Clock.Now().Add(l.r.cfg.WorkerTimeout)}
+	l.dmu.Unlock()
+}
+
+// expiryLoop expires workers whose heartbeat deadline passed: one fenced
+// append per tick, by id and epoch.
+func (l *leaderSession) expiryLoop(ctx context.Context) {
+	cfg := &l.r.cfg
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cfg.Clock.After(cfg.ExpiryInterval):
+		}
+		if err := l.expireOnce(ctx); err != nil && ctx.Err() == nil {
+			l.logger.Warn().Err(err).Msg("expiry")
+		}
+	}
+}
+
+func (l *leaderSession) expireOnce(ctx context.Context) error {
+	var expired []events.Payload
+	_, err := l.mutate(ctx, FPExpiryAfterCollect, func(v *projections.State) ([]events.Payload, error) {
+		expired = l.collectExpired(v)
+		return expired, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range expired {
+		e := p.(events.WorkerExpired)
+		l.logger.Info().Uint64("worker_id", e.ID).Uint64("epoch", e.Epoch).Msg("worker expired")
+	}
+	return nil
+}
+
+// collectExpired returns worker.expired for every worker in v whose deadline
+// passed. A worker without a deadline (a new leader's first look) gets a
+// fresh full timeout.
+func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
+	now := l.r.cfg.Clock.Now()
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	var out []events.Payload
+	for _, w := range v.ListWorkers() {
+		d, ok := l.deadlines[w.ID]
+		if !ok || d.epoch != w.Epoch {
+			l.deadlines[w.ID] = deadline{epoch: w.Epoch, at: now.Add(l.r.cfg.WorkerTimeout)}
+			continue
+		}
+		if now.After(d.at) {
+			out = append(out, events.WorkerExpired{ID: w.ID, Epoch: w.Epoch})
+		}
+	}
+	for id := range l.deadlines {
+		if _, ok := v.Workers[id]; !ok {
+			delete(l.deadlines, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].(events.WorkerExpired).ID < out[j].(events.WorkerExpired).ID })
+	return out
+}

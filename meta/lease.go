@@ -1,0 +1,146 @@
+// Package meta is a meta replica: lease election, the projection loop, and
+// the leader's duties (worker RPCs, heartbeat expiry, control streams and
+// barrier recovery). Leader duties read only the projected view and change
+// cluster state only by fenced appends.
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Lease errors.
+var (
+	ErrLeaseHeld = errors.New("lease held by another replica")
+	ErrLeaseLost = errors.New("lease lost")
+)
+
+// Lease is the election primitive. Acquire returns the term: a number that
+// strictly increases across holders.
+type Lease interface {
+	Acquire(ctx context.Context, holder string) (term uint64, err error)
+	Renew(ctx context.Context) error
+	Release(ctx context.Context) error
+	Holder(ctx context.Context) (holder string, term uint64, err error)
+}
+
+// LeaseKey is the key of the lease in its bucket.
+const LeaseKey = "leader"
+
+// LeaseBucket is the KV bucket of a cluster's lease.
+func LeaseBucket(cluster string) string { return strings.ReplaceAll(cluster, ".", "_") + "_leader" }
+
+// KVLease is a Lease on a JetStream KV bucket whose TTL is the lease: Create
+// takes it (the revision is the term), Update(rev) renews it. It uses the
+// bucket TTL, never a per-key TTL, which Update would drop.
+type KVLease struct {
+	kv jetstream.KeyValue
+
+	mu     sync.Mutex
+	holder string
+	term   uint64
+	rev    uint64
+}
+
+// OpenKVLease creates or binds the lease bucket, retrying until JetStream is
+// ready or ctx is done.
+func OpenKVLease(ctx context.Context, js jetstream.JetStream, cluster string, ttl time.Duration, replicas int) (*KVLease, error) {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	cfg := jetstream.KeyValueConfig{Bucket: LeaseBucket(cluster), TTL: ttl, Storage: jetstream.FileStorage, Replicas: replicas, History: 1}
+	backoff := 50 * time.Millisecond
+	for {
+		kv, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+		if err == nil {
+			return &KVLease{kv: kv}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("open lease bucket %s: %w (last error: %v)", cfg.Bucket, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// Acquire implements Lease.
+func (l *KVLease) Acquire(ctx context.Context, holder string) (uint64, error) {
+	rev, err := l.kv.Create(ctx, LeaseKey, []byte(holder))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, ErrLeaseHeld
+	}
+	if err != nil {
+		return 0, fmt.Errorf("acquire lease: %w", err)
+	}
+	l.mu.Lock()
+	l.holder, l.term, l.rev = holder, rev, rev
+	l.mu.Unlock()
+	return rev, nil
+}
+
+// Renew implements Lease.
+func (l *KVLease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	holder, rev := l.holder, l.rev
+	l.mu.Unlock()
+	if rev == 0 {
+		return ErrLeaseLost
+	}
+	nrev, err := l.kv.Update(ctx, LeaseKey, []byte(holder), rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) || isWrongRev(err) {
+			l.mu.Lock()
+			l.rev = 0
+			l.mu.Unlock()
+			return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+		}
+		return fmt.Errorf("renew lease: %w", err)
+	}
+	l.mu.Lock()
+	l.rev = nrev
+	l.mu.Unlock()
+	return nil
+}
+
+func isWrongRev(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164)
+}
+
+// Release implements Lease: it deletes the key if this holder still has it,
+// so the next candidate need not wait for the TTL.
+func (l *KVLease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	rev := l.rev
+	l.rev = 0
+	l.mu.Unlock()
+	if rev == 0 {
+		return nil
+	}
+	return l.kv.Purge(ctx, LeaseKey, jetstream.LastRevision(rev))
+}
+
+// Holder implements Lease.
+func (l *KVLease) Holder(ctx context.Context) (string, uint64, error) {
+	e, err := l.kv.Get(ctx, LeaseKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return string(e.Value()), e.Revision(), nil
+}

@@ -1,0 +1,283 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+// Failpoint names.
+const (
+	FPExpiryAfterCollect = "expiry-after-collect" // expired ids collected, before the append
+	FPBeforeTermStarted  = "before-term-started"  // projected to the tail, before term.started
+	FPBeforeRenewal      = "before-lease-renewal" // before each lease renewal
+)
+
+// Config configures a meta replica. Zero durations take the defaults.
+type Config struct {
+	ID      string // replica name, e.g. "meta-1"
+	Cluster string // default "termlog"
+	Log     events.Log
+	Lease   Lease
+	// NC serves the worker RPCs while this replica leads. Nil disables them.
+	NC *nats.Conn
+
+	LeaseTTL       time.Duration // default 3s
+	WorkerTimeout  time.Duration // heartbeat deadline, default 10s
+	ExpiryInterval time.Duration // default WorkerTimeout/5
+	RecoveryRetry  time.Duration // barrier recovery retry, default 250ms
+	AppendTimeout  time.Duration // one append attempt, default 2s
+	ControlDialer  func(ctx context.Context, endpoint string) (ControlConn, error)
+	Clock          clock.Clock
+	Logger         zerolog.Logger
+	Failpoints     *failpoint.Set
+}
+
+func (c *Config) defaults() error {
+	if c.ID == "" {
+		return errors.New("meta: replica needs an ID")
+	}
+	if c.Log == nil || c.Lease == nil {
+		return errors.New("meta: replica needs a Log and a Lease")
+	}
+	if c.Cluster == "" {
+		c.Cluster = "termlog"
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 3 * time.Second
+	}
+	if c.WorkerTimeout <= 0 {
+		c.WorkerTimeout = 10 * time.Second
+	}
+	if c.ExpiryInterval <= 0 {
+		c.ExpiryInterval = c.WorkerTimeout / 5
+	}
+	if c.RecoveryRetry <= 0 {
+		c.RecoveryRetry = 250 * time.Millisecond
+	}
+	if c.AppendTimeout <= 0 {
+		c.AppendTimeout = 2 * time.Second
+	}
+	if c.ControlDialer == nil {
+		c.ControlDialer = DialControl
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	return nil
+}
+
+// Replica is one meta replica. Every replica projects the stream; the one
+// that holds the lease also runs the leader duties.
+type Replica struct {
+	cfg  Config
+	log  zerolog.Logger
+	proj *client.Projector
+
+	mu       sync.Mutex
+	leader   *leaderSession // nil when following
+	terms    []TermRecord
+	stepDown chan struct{}
+	fenced   atomic.Uint64
+}
+
+// Fenced counts this replica's appends refused by the CAS.
+func (r *Replica) Fenced() uint64 { return r.fenced.Load() }
+
+// TermRecord is one term this replica led, for status and tests.
+type TermRecord struct {
+	Term     uint64
+	Started  time.Time
+	Ended    time.Time
+	Reason   string // why it ended
+	Recovery Recovery
+}
+
+// New validates cfg and returns a replica; Run starts it.
+func New(cfg Config) (*Replica, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger.With().Str("replica", cfg.ID).Logger()
+	return &Replica{
+		cfg:      cfg,
+		log:      lg,
+		proj:     client.NewProjector(cfg.Log, lg, cfg.Clock),
+		stepDown: make(chan struct{}, 1),
+	}, nil
+}
+
+// ID is the replica's name.
+func (r *Replica) ID() string { return r.cfg.ID }
+
+// Projector is the replica's projection of the stream.
+func (r *Replica) Projector() *client.Projector { return r.proj }
+
+// View is the replica's projected state (read-only).
+func (r *Replica) View() *projections.State { return r.proj.View() }
+
+// Leading reports whether the replica currently runs leader duties, and its term.
+func (r *Replica) Leading() (bool, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil {
+		return false, 0
+	}
+	return true, r.leader.term
+}
+
+// Terms returns the terms this replica led, the current one last.
+func (r *Replica) Terms() []TermRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := append([]TermRecord(nil), r.terms...)
+	if r.leader != nil && len(out) > 0 {
+		out[len(out)-1].Recovery = r.leader.recovery()
+	}
+	return out
+}
+
+// StepDown makes a leading replica give up its lease and follow. It returns
+// at once; the replica campaigns again after one lease period.
+func (r *Replica) StepDown() {
+	select {
+	case r.stepDown <- struct{}{}:
+	default:
+	}
+}
+
+// Run projects the stream and campaigns for the lease until ctx is done. It
+// returns only after every goroutine it started has ended.
+func (r *Replica) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = r.proj.Run(ctx)
+	}()
+	defer wg.Wait()
+	r.campaign(ctx)
+	return nil
+}
+
+func (r *Replica) campaign(ctx context.Context) {
+	retry := r.cfg.LeaseTTL / 3
+	for ctx.Err() == nil {
+		term, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
+		switch {
+		case err == nil:
+			reason := r.lead(ctx, term)
+			r.log.Warn().Uint64("term", term).Str("reason", reason).Msg("stopped leading; following")
+			if reason == reasonStepDown {
+				// Let another replica win the next round.
+				select {
+				case <-ctx.Done():
+				case <-r.cfg.Clock.After(r.cfg.LeaseTTL):
+				}
+			}
+			continue
+		case errors.Is(err, ErrLeaseHeld):
+		default:
+			if ctx.Err() == nil {
+				r.log.Warn().Err(err).Msg("campaign failed")
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.cfg.Clock.After(retry):
+		}
+	}
+}
+
+const reasonStepDown = "stepped down"
+
+// lead runs one term. It returns why the term ended, after every leader task
+// has been cancelled and joined.
+func (r *Replica) lead(ctx context.Context, term uint64) string {
+	lctx, cancel := context.WithCancel(ctx)
+	l := &leaderSession{r: r, term: term, ctx: lctx, sem: make(chan struct{}, 1), deadlines: map[uint64]deadline{}}
+	var once sync.Once
+	var reason string
+	l.lose = func(why string) {
+		once.Do(func() {
+			reason = why
+			cancel()
+		})
+	}
+	lg := r.log.With().Uint64("term", term).Logger()
+	l.logger = lg
+	lg.Info().Msg("lease acquired")
+
+	r.mu.Lock()
+	r.leader = l
+	r.terms = append(r.terms, TermRecord{Term: term, Started: r.cfg.Clock.Now()})
+	r.mu.Unlock()
+
+	var wg sync.WaitGroup
+	start := func(name string, f func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lctx)
+		}()
+	}
+	var lastRenew atomicTime
+	lastRenew.Store(r.cfg.Clock.Now())
+	start("renew", func(ctx context.Context) { l.renewLoop(ctx, &lastRenew) })
+	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, &lastRenew) })
+	start("stepdown", func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+		case <-r.stepDown:
+			l.lose(reasonStepDown)
+		}
+	})
+
+	if err := l.startTerm(lctx); err != nil {
+		l.lose(fmt.Sprintf("start term: %v", err))
+	} else {
+		start("rpc", l.serveRPC)
+		start("expiry", l.expiryLoop)
+		start("control", l.controlLoop)
+	}
+
+	<-lctx.Done()
+	l.lose("shutdown")
+	wg.Wait()
+	if reason == reasonStepDown || ctx.Err() != nil {
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AppendTimeout)
+		if err := r.cfg.Lease.Release(rctx); err != nil {
+			lg.Warn().Err(err).Msg("release lease")
+		}
+		rcancel()
+	}
+	r.mu.Lock()
+	r.leader = nil
+	if n := len(r.terms); n > 0 {
+		r.terms[n-1].Ended = r.cfg.Clock.Now()
+		r.terms[n-1].Reason = reason
+		r.terms[n-1].Recovery = l.recovery()
+	}
+	r.mu.Unlock()
+	return reason
+}
+
+type atomicTime struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (a *atomicTime) Store(t time.Time) { a.mu.Lock(); a.t = t; a.mu.Unlock() }
+func (a *atomicTime) Load() time.Time   { a.mu.Lock(); defer a.mu.Unlock(); return a.t }
