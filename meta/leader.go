@@ -39,6 +39,15 @@ type leaderSession struct {
 	rec Recovery
 }
 
+func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
+	return &leaderSession{
+		r: r, term: term, ctx: ctx, lose: lose,
+		logger:    r.log.With().Uint64("term", term).Logger(),
+		sem:       make(chan struct{}, 1),
+		deadlines: map[uint64]deadline{},
+	}
+}
+
 type deadline struct {
 	epoch uint64
 	at    time.Time

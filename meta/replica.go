@@ -207,17 +207,15 @@ const reasonStepDown = "stepped down"
 // has been cancelled and joined.
 func (r *Replica) lead(ctx context.Context, term uint64) string {
 	lctx, cancel := context.WithCancel(ctx)
-	l := &leaderSession{r: r, term: term, ctx: lctx, sem: make(chan struct{}, 1), deadlines: map[uint64]deadline{}}
 	var once sync.Once
 	var reason string
-	l.lose = func(why string) {
+	l := r.newLeaderSession(lctx, term, func(why string) {
 		once.Do(func() {
 			reason = why
 			cancel()
 		})
-	}
-	lg := r.log.With().Uint64("term", term).Logger()
-	l.logger = lg
+	})
+	lg := l.logger
 	lg.Info().Msg("lease acquired")
 
 	r.mu.Lock()
