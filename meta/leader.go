@@ -37,6 +37,8 @@ type leaderSession struct {
 
 	rmu sync.Mutex
 	rec Recovery
+
+	sched *schedState
 }
 
 func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
@@ -45,6 +47,7 @@ func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(s
 		logger:    r.log.With().Uint64("term", term).Logger(),
 		sem:       make(chan struct{}, 1),
 		deadlines: map[uint64]deadline{},
+		sched:     newSchedState(),
 	}
 }
 
@@ -220,7 +223,7 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 			_ = s.Unsubscribe()
 		}
 	}()
-	for _, rpc := range []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister} {
+	for _, rpc := range []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister, client.RPCStoreRegister, client.RPCStoreHeartbeat} {
 		s, err := nc.ChanSubscribe(client.RPCSubject(l.r.cfg.Cluster, rpc), ch)
 		if err != nil {
 			l.lose(fmt.Sprintf("subscribe %s: %v", rpc, err))
@@ -286,6 +289,18 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 		default:
 			return l.deregister(ctx, ref)
 		}
+	case client.RPCStoreRegister:
+		req, err := client.DecodeStoreRegister(data)
+		if err != nil {
+			return badRequest(err)
+		}
+		return l.storeRegister(ctx, req)
+	case client.RPCStoreHeartbeat:
+		hb, err := client.DecodeStoreHeartbeat(data)
+		if err != nil {
+			return badRequest(err)
+		}
+		return l.storeHeartbeat(ctx, hb)
 	}
 	return badRequest(fmt.Errorf("unknown rpc %q", rpc))
 }

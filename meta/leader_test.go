@@ -30,10 +30,14 @@ type testLeader struct {
 	wg     sync.WaitGroup
 }
 
-func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, term uint64) *testLeader {
+func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, term uint64, opts ...func(*Config)) *testLeader {
 	t.Helper()
-	r, err := New(Config{ID: id, Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
-		WorkerTimeout: 10 * time.Second, Logger: zerolog.Nop()})
+	cfg := Config{ID: id, Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
+		WorkerTimeout: 10 * time.Second, Logger: zerolog.Nop()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

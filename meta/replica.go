@@ -40,6 +40,7 @@ type Config struct {
 	RecoveryRetry  time.Duration // barrier recovery retry, default 250ms
 	AppendTimeout  time.Duration // one append attempt, default 2s
 	ControlDialer  func(ctx context.Context, endpoint string) (ControlConn, error)
+	Scheduler      SchedulerConfig
 	Clock          clock.Clock
 	Logger         zerolog.Logger
 	Failpoints     *failpoint.Set
@@ -76,6 +77,7 @@ func (c *Config) defaults() error {
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
+	c.Scheduler.defaults()
 	return nil
 }
 
@@ -249,6 +251,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
+		start("schedule", l.scheduleLoop)
 	}
 
 	<-lctx.Done()

@@ -68,9 +68,11 @@ type Reply struct {
 	Error  *RPCError `json:"error,omitempty"`
 }
 
-func decodeStrict(b []byte, v any) error {
-	if len(b) > MaxRequestBytes {
-		return fmt.Errorf("request of %d bytes exceeds %d", len(b), MaxRequestBytes)
+func decodeStrict(b []byte, v any) error { return decodeStrictN(b, v, MaxRequestBytes) }
+
+func decodeStrictN(b []byte, v any, limit int) error {
+	if len(b) > limit {
+		return fmt.Errorf("request of %d bytes exceeds %d", len(b), limit)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -1,0 +1,165 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// Store RPCs, served by the meta leader.
+const (
+	RPCStoreRegister  = "store.register"
+	RPCStoreHeartbeat = "store.heartbeat"
+)
+
+// ExecSubject is where a store serves config changes and membership reads
+// for the meta leader's scheduler.
+func ExecSubject(cluster, store string) string { return cluster + ".store." + store + ".exec" }
+
+var storeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidateStoreID accepts 1..64 letters, digits, '-' and '_' (it is part of
+// NATS subjects).
+func ValidateStoreID(id string) error {
+	if !storeIDRe.MatchString(id) {
+		return fmt.Errorf("store id %q: want 1..64 of [A-Za-z0-9_-]", id)
+	}
+	return nil
+}
+
+// StoreRegisterRequest registers a log store.
+type StoreRegisterRequest struct {
+	Store       string `json:"store"`
+	Incarnation string `json:"incarnation"`
+	RaftAddr    string `json:"raft_addr"`
+}
+
+// ShardReport is one replica's dragonboat ShardInfo as a store reports it.
+type ShardReport struct {
+	Shard    uint64            `json:"shard"`
+	Replica  uint64            `json:"replica"`
+	Replicas map[uint64]string `json:"replicas"` // replica id -> raft address
+	Leader   uint64            `json:"leader"`
+	Term     uint64            `json:"term"`
+	CCID     uint64            `json:"ccid"`
+	Pending  bool              `json:"pending"`
+}
+
+// SkippedReplica is a persisted replica the store refused to start because
+// the projection does not list it as a member (a would-be zombie).
+type SkippedReplica struct {
+	Shard   uint64 `json:"shard"`
+	Replica uint64 `json:"replica"`
+	Reason  string `json:"reason"`
+}
+
+// StoreHeartbeat is a store's periodic report.
+type StoreHeartbeat struct {
+	Store       string           `json:"store"`
+	Incarnation string           `json:"incarnation"`
+	Shards      []ShardReport    `json:"shards"`
+	Skipped     []SkippedReplica `json:"skipped,omitempty"`
+}
+
+// Exec operations.
+const (
+	ExecAdd        = "add"
+	ExecRemove     = "remove"
+	ExecMembership = "membership"
+)
+
+// Exec outcomes, as classified by the executing store.
+const (
+	OutcomeApplied  = "applied"  // Raft applied it; CCID is the membership's after it
+	OutcomeRejected = "rejected" // refused at apply time: re-read and re-plan
+	OutcomeRetry    = "retry"    // shard not ready / system busy until the deadline
+	OutcomeUnknown  = "unknown"  // timed out: it may still apply; re-read first
+	OutcomeError    = "error"    // anything else (not a member here, bad request)
+)
+
+// ExecRequest asks a member store to change or read a shard's membership.
+type ExecRequest struct {
+	Op        string `json:"op"`
+	Shard     uint64 `json:"shard"`
+	Replica   uint64 `json:"replica,omitempty"`
+	Addr      string `json:"addr,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+// ExecReply is the classified result, with the membership read after it.
+type ExecReply struct {
+	Outcome  string            `json:"outcome"`
+	CCID     uint64            `json:"ccid"`
+	Replicas map[uint64]string `json:"replicas,omitempty"` // replica id -> raft address
+	Removed  []uint64          `json:"removed,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+// DecodeStoreRegister decodes and validates a store registration.
+func DecodeStoreRegister(b []byte) (StoreRegisterRequest, error) {
+	var r StoreRegisterRequest
+	if err := decodeStrict(b, &r); err != nil {
+		return r, err
+	}
+	if err := ValidateStoreID(r.Store); err != nil {
+		return r, err
+	}
+	if r.Incarnation == "" || len(r.Incarnation) > MaxFieldBytes {
+		return r, errors.New("incarnation must be 1..256 bytes")
+	}
+	if err := ValidateEndpoint(r.RaftAddr); err != nil {
+		return r, fmt.Errorf("raft_addr: %w", err)
+	}
+	return r, nil
+}
+
+// MaxHeartbeatBytes bounds a store heartbeat.
+const MaxHeartbeatBytes = 1 << 20
+
+// DecodeStoreHeartbeat decodes and validates a store heartbeat.
+func DecodeStoreHeartbeat(b []byte) (StoreHeartbeat, error) {
+	var h StoreHeartbeat
+	if len(b) > MaxHeartbeatBytes {
+		return h, fmt.Errorf("heartbeat of %d bytes exceeds %d", len(b), MaxHeartbeatBytes)
+	}
+	if err := decodeStrictN(b, &h, MaxHeartbeatBytes); err != nil {
+		return h, err
+	}
+	if err := ValidateStoreID(h.Store); err != nil {
+		return h, err
+	}
+	for _, s := range h.Shards {
+		if s.Shard == 0 || s.Replica == 0 {
+			return h, errors.New("shard report without shard or replica id")
+		}
+	}
+	return h, nil
+}
+
+// DecodeExec decodes and validates an exec request.
+func DecodeExec(b []byte) (ExecRequest, error) {
+	var r ExecRequest
+	if err := decodeStrict(b, &r); err != nil {
+		return r, err
+	}
+	if r.Shard == 0 {
+		return r, errors.New("shard is required")
+	}
+	switch r.Op {
+	case ExecMembership:
+	case ExecRemove:
+		if r.Replica == 0 {
+			return r, errors.New("replica is required")
+		}
+	case ExecAdd:
+		if r.Replica == 0 {
+			return r, errors.New("replica is required")
+		}
+		if err := ValidateEndpoint(r.Addr); err != nil {
+			return r, fmt.Errorf("addr: %w", err)
+		}
+	default:
+		return r, fmt.Errorf("unknown op %q", r.Op)
+	}
+	return r, nil
+}

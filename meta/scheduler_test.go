@@ -1,0 +1,92 @@
+package meta
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+func schedLeader(t *testing.T, clk *clock.Manual) *testLeader {
+	t.Helper()
+	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1, func(c *Config) {
+		c.Scheduler = SchedulerConfig{Shards: 1, StoreTimeout: 5 * time.Second}
+	})
+	if err := l.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range []string{"s1", "s2", "s3"} {
+		rep := l.call(t, client.RPCStoreRegister, client.StoreRegisterRequest{Store: st, Incarnation: "i-" + st, RaftAddr: "127.0.0.1:" + string(rune('1'+i)) + "000"})
+		if rep.Error != nil {
+			t.Fatalf("register %s: %+v", st, rep)
+		}
+	}
+	return l
+}
+
+func (tl *testLeader) beat(t *testing.T, store string, reports ...client.ShardReport) {
+	t.Helper()
+	if rep := tl.call(t, client.RPCStoreHeartbeat, client.StoreHeartbeat{Store: store, Incarnation: "i-" + store, Shards: reports}); rep.Error != nil {
+		t.Fatalf("heartbeat %s: %+v", store, rep)
+	}
+}
+
+func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
+	clk := clock.NewManual(t0)
+	l := schedLeader(t, clk)
+	ctx := ctxT(t)
+	if err := l.scheduleOnce(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	v := l.r.proj.View()
+	sh := v.Shards[1]
+	if sh == nil || len(sh.Members) != 3 {
+		t.Fatalf("shard 1 not bootstrapped on 3 stores: %s", v.Render())
+	}
+
+	// A heartbeat with a newer config change id becomes shard.observed.
+	reps := map[uint64]string{1: "127.0.0.1:1000", 2: "127.0.0.1:2000", 3: "127.0.0.1:3000"}
+	l.beat(t, "s1", client.ShardReport{Shard: 1, Replica: 1, Replicas: reps, Leader: 2, Term: 4, CCID: 7})
+	if err := l.scheduleOnce(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if sh := l.r.proj.View().Shards[1]; sh.CCID != 7 || sh.Leader != 2 {
+		t.Fatalf("observed not applied: ccid %d leader %d", sh.CCID, sh.Leader)
+	}
+
+	// s3 drains until 1 min from now; s2 stops heartbeating: after the store
+	// timeout only s2 is down.
+	if _, err := l.mutate(ctx, "", func(v2 *projections.State) ([]events.Payload, error) {
+		return []events.Payload{events.StoreState{Store: "s3", State: events.StoreDraining, Until: clk.Now().Add(time.Minute)}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(3 * time.Second)
+	l.beat(t, "s1")
+	clk.Advance(3 * time.Second)
+	l.beat(t, "s1")
+	var wg sync.WaitGroup
+	if err := l.scheduleOnce(ctx, &wg); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	v = l.r.proj.View()
+	if got := v.Stores["s2"].State; got != events.StoreDown {
+		t.Fatalf("s2 is %s, want down", got)
+	}
+	if got := v.Stores["s3"].State; got != events.StoreDraining {
+		t.Fatalf("draining s3 is %s, want draining", got)
+	}
+	if got := v.Stores["s1"].State; got != events.StoreUp {
+		t.Fatalf("s1 is %s, want up", got)
+	}
+	// s2 heartbeats again: it is up.
+	l.beat(t, "s2")
+	if got := l.r.proj.View().Stores["s2"].State; got != events.StoreUp {
+		t.Fatalf("s2 after heartbeat is %s, want up", got)
+	}
+}
