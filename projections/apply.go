@@ -148,10 +148,7 @@ func (s *State) Apply(ev events.Event) Result {
 }
 
 func (s *State) apply(ev events.Event) Result {
-	if ev.Data == nil {
-		return invalid("no payload")
-	}
-	// The term rule comes before anything else.
+	// The term rule comes before anything else, even a missing payload.
 	if ts, ok := ev.Data.(events.TermStarted); ok {
 		return s.termStarted(ev, ts)
 	}
@@ -160,6 +157,9 @@ func (s *State) apply(ev events.Event) Result {
 	}
 	if ev.Term > s.Term {
 		return Result{Outcome: Rejected, Kind: AnomalyFutureTerm, Reason: fmt.Sprintf("term %d > current term %d without term.started", ev.Term, s.Term)}
+	}
+	if ev.Data == nil {
+		return invalid("no payload")
 	}
 	switch d := ev.Data.(type) {
 	case events.WorkerRegistered:
@@ -263,8 +263,8 @@ func (s *State) storeRegistered(ev events.Event, d events.StoreRegistered) Resul
 	if d.Store == "" || d.RaftAddr == "" {
 		return invalid("store registration needs store and raft_addr")
 	}
-	for id, st := range s.Stores {
-		if id != d.Store && st.RaftAddr == d.RaftAddr && st.State != events.StoreTombstone {
+	for _, id := range sortedKeys(s.Stores) {
+		if st := s.Stores[id]; id != d.Store && st.RaftAddr == d.RaftAddr && st.State != events.StoreTombstone {
 			return invalid("raft address %s belongs to store %s", d.RaftAddr, id)
 		}
 	}
@@ -297,22 +297,32 @@ func (s *State) storeState(ev events.Event, d events.StoreState) Result {
 		return invalid("store %s is a tombstone", d.Store)
 	}
 	if d.State == events.StoreTombstone {
-		for _, sh := range s.Shards {
-			for r, on := range sh.Members {
-				if on == d.Store {
+		// Sorted, so every replica names the same replica in the anomaly
+		// (its reason is part of the state hash).
+		for _, id := range sortedKeys(s.Shards) {
+			sh := s.Shards[id]
+			for _, r := range sortedKeys(sh.Members) {
+				if on := sh.Members[r]; on == d.Store {
 					return invalid("store %s still holds replica %d of shard %d", d.Store, r, sh.ID)
 				}
 			}
 		}
 	}
-	if st.State == d.State && st.Until.Equal(d.Until) {
+	// Until only bounds a draining period; it is dropped for any other state.
+	var until time.Time
+	if d.State == events.StoreDraining {
+		until = d.Until.UTC()
+		// A time that JSON cannot encode would break Hash and snapshots
+		// ("9999-12-31T23:59:59-23:59" is year 10000 in UTC).
+		if y := until.Year(); y < 0 || y > 9999 {
+			return invalid("store %s draining until %s: year out of range", d.Store, d.Until.Format(time.RFC3339))
+		}
+	}
+	if st.State == d.State && st.Until.Equal(until) {
 		return noop("store %s already %s", d.Store, d.State)
 	}
 	st.State = d.State
-	st.Until = d.Until.UTC()
-	if d.State != events.StoreDraining {
-		st.Until = time.Time{}
-	}
+	st.Until = until
 	st.Since = ev.Seq
 	return applied("store %s %s", d.Store, d.State)
 }
@@ -352,6 +362,9 @@ func (s *State) replicaAdding(ev events.Event, d events.ReplicaChange) Result {
 	if !ok {
 		return invalid("unknown shard %d", d.Shard)
 	}
+	if d.Replica == 0 {
+		return invalid("replica id 0")
+	}
 	if _, gone := sh.Removed[d.Replica]; gone {
 		return invalid("replica %d of shard %d was removed; ids are never reused", d.Replica, d.Shard)
 	}
@@ -373,16 +386,33 @@ func (s *State) replicaAdded(d events.ReplicaChange) Result {
 	if !ok {
 		return invalid("unknown shard %d", d.Shard)
 	}
+	if d.Replica == 0 {
+		return invalid("replica id 0")
+	}
 	if _, gone := sh.Removed[d.Replica]; gone {
 		return invalid("replica %d of shard %d was removed; ids are never reused", d.Replica, d.Shard)
 	}
 	if !s.registeredStore(d.Store) {
 		return invalid("unregistered store %q", d.Store)
 	}
-	if cur, ok := sh.Members[d.Replica]; ok && cur == d.Store {
-		delete(sh.Pending, d.Replica)
+	if cur, ok := sh.Members[d.Replica]; ok {
+		// A replica id lives on one store for its whole life; "added" on
+		// another store would silently move it and orphan the old one.
+		if cur != d.Store {
+			return invalid("replica %d of shard %d is on store %s, not %s", d.Replica, d.Shard, cur, d.Store)
+		}
+		// A late outcome settles an adding intent and may advance the
+		// ccid; it leaves a removing intent alone.
+		p, pending := sh.Pending[d.Replica]
+		adding := pending && p.Kind == PendingAdding
+		if !adding && d.CCID <= sh.CCID {
+			return noop("replica %d already a member of shard %d", d.Replica, d.Shard)
+		}
+		if adding {
+			delete(sh.Pending, d.Replica)
+		}
 		sh.CCID = max(sh.CCID, d.CCID)
-		return noop("replica %d already a member of shard %d", d.Replica, d.Shard)
+		return applied("shard %d replica %d already a member on %s; outcome recorded", d.Shard, d.Replica, d.Store)
 	}
 	for r, st := range sh.Members {
 		if st == d.Store {
@@ -400,6 +430,9 @@ func (s *State) replicaRemoving(ev events.Event, d events.ReplicaChange) Result 
 	if !ok {
 		return invalid("unknown shard %d", d.Shard)
 	}
+	if d.Replica == 0 {
+		return invalid("replica id 0")
+	}
 	st, ok := sh.Members[d.Replica]
 	if !ok {
 		return noop("replica %d is not a member of shard %d", d.Replica, d.Shard)
@@ -415,6 +448,9 @@ func (s *State) replicaRemoved(d events.ReplicaChange) Result {
 	sh, ok := s.Shards[d.Shard]
 	if !ok {
 		return invalid("unknown shard %d", d.Shard)
+	}
+	if d.Replica == 0 {
+		return invalid("replica id 0")
 	}
 	st, member := sh.Members[d.Replica]
 	if !member {
@@ -458,6 +494,9 @@ func (s *State) shardObserved(d events.ShardObserved) Result {
 	perStore := map[string]bool{}
 	for _, r := range sortedKeys(d.Replicas) {
 		st := d.Replicas[r]
+		if r == 0 {
+			return invalid("replica id 0")
+		}
 		if !s.registeredStore(st) {
 			return invalid("replica %d on unregistered store %q", r, st)
 		}
