@@ -556,8 +556,17 @@ func (s *State) operatorEnded(ev events.Event, d events.Operator, state string) 
 		return noop("operator %s is not running", d.Op)
 	}
 	delete(s.Operators, d.Op)
-	if sh, ok := s.Shards[op.Shard]; ok && sh.Operator == d.Op {
-		sh.Operator = ""
+	if sh, ok := s.Shards[op.Shard]; ok {
+		if sh.Operator == d.Op {
+			sh.Operator = ""
+		}
+		// An intent without an outcome ends with its operator: whatever Raft
+		// did with it reaches the stream as shard.observed.
+		for _, r := range sortedKeys(sh.Pending) {
+			if sh.Pending[r].Op == d.Op {
+				delete(sh.Pending, r)
+			}
+		}
 	}
 	ended := *op
 	ended.State = state
