@@ -1,0 +1,625 @@
+package natslog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/logtest"
+	"github.com/termlog/termlog/events/natslog"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// startServer starts an embedded server on dir, shut down at cleanup.
+func startServer(t *testing.T, dir string, dontListen bool) *natslog.Server {
+	t.Helper()
+	s, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir, DontListen: dontListen})
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+func connect(t *testing.T, s *natslog.Server, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	// A generous dial timeout: tests share a small, loaded machine.
+	nc, err := s.Connect(append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func open(t *testing.T, nc *nats.Conn, cfg natslog.Config) *natslog.Log {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := natslog.Open(ctx, nc, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return l
+}
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func ev(term uint64, id uint64) events.Event {
+	return events.Event{
+		Term:   term,
+		Writer: "meta-1",
+		At:     time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC),
+		Data:   events.WorkerRegistered{ID: id, Endpoint: "127.0.0.1:5688", Kind: "compute", Parallelism: 4},
+	}
+}
+
+func readAll(t *testing.T, l events.Log) []events.Record {
+	t.Helper()
+	var out []events.Record
+	if err := l.Read(ctxT(t), 1, func(r events.Record) error {
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	logtest.Run(t, func(t *testing.T) events.Log {
+		s := startServer(t, t.TempDir(), false)
+		return open(t, connect(t, s), natslog.Config{})
+	})
+}
+
+func TestConformanceInProcess(t *testing.T) {
+	t.Parallel()
+	logtest.Run(t, func(t *testing.T) events.Log {
+		s := startServer(t, t.TempDir(), true)
+		return open(t, connect(t, s), natslog.Config{Cluster: "inproc"})
+	})
+}
+
+func TestStreamConfig(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	l := open(t, nc, natslog.Config{Cluster: "east-1"})
+	if got, want := l.Stream(), "TERMLOG_EAST-1"; got != want {
+		t.Fatalf("Stream() = %q, want %q", got, want)
+	}
+	if got, want := l.Subject(events.TypeWorkerRegistered), "east-1.ev.worker.registered"; got != want {
+		t.Fatalf("Subject() = %q, want %q", got, want)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctxT(t), "TERMLOG_EAST-1")
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	cfg := st.CachedInfo().Config
+	if !slices.Equal(cfg.Subjects, []string{"east-1.ev.>"}) {
+		t.Errorf("subjects = %q", cfg.Subjects)
+	}
+	if cfg.Storage != jetstream.FileStorage {
+		t.Errorf("storage = %v, want file", cfg.Storage)
+	}
+	if cfg.AllowDirect {
+		t.Errorf("allow_direct is set")
+	}
+	if cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxAge > 0 || cfg.MaxMsgsPerSubject > 0 {
+		t.Errorf("limits set: %+v", cfg)
+	}
+	if cfg.Duplicates != natslog.DefaultDuplicates || cfg.Replicas != 1 {
+		t.Errorf("duplicates %s replicas %d", cfg.Duplicates, cfg.Replicas)
+	}
+	// The default cluster.
+	if got := open(t, nc, natslog.Config{}).Stream(); got != "TERMLOG_TERMLOG" {
+		t.Errorf("default stream = %q", got)
+	}
+	// Events land on their type's subject.
+	if _, err := l.Append(ctxT(t), 0, ev(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetMsg(ctxT(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != "east-1.ev.worker.registered" || m.Header.Get(jetstream.MsgIDHeader) != "1-1" {
+		t.Errorf("stored subject %q msg id %q", m.Subject, m.Header.Get(jetstream.MsgIDHeader))
+	}
+}
+
+func TestOpenRejects(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{
+		Name: "TERMLOG_LOSSY", Subjects: []string{"lossy.ev.>"}, MaxAge: time.Hour,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := natslog.Open(ctxT(t), nc, natslog.Config{Cluster: "lossy"}); err == nil {
+		t.Fatal("Open bound a stream whose limits drop events")
+	} else {
+		t.Logf("Open: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Open took %s to refuse a bad config; it should not retry", d)
+	}
+	if _, err := natslog.Open(ctxT(t), nc, natslog.Config{Cluster: "a.b"}); err == nil {
+		t.Fatal("Open accepted a cluster name with a dot")
+	}
+}
+
+func TestOpenBindsExisting(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	l1 := open(t, connect(t, s), natslog.Config{})
+	want := []events.Event{ev(1, 0), ev(1, 1), ev(1, 2)}
+	if _, err := l1.Append(ctxT(t), 0, want...); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica with its own connection binds to the same stream.
+	l2 := open(t, connect(t, s), natslog.Config{})
+	if tail, err := l2.Tail(ctxT(t)); err != nil || tail != 3 {
+		t.Fatalf("Tail = %d, %v; want 3", tail, err)
+	}
+	recs := readAll(t, l2)
+	if len(recs) != 3 {
+		t.Fatalf("read %d records, want 3", len(recs))
+	}
+	// And its appends are fenced against the first one's.
+	if _, err := l2.Append(ctxT(t), 2, ev(2, 9)); !errors.Is(err, events.ErrFenced) {
+		t.Fatalf("stale append through the second handle: %v, want ErrFenced", err)
+	}
+	if seq, err := l2.Append(ctxT(t), 3, ev(2, 3)); err != nil || seq != 4 {
+		t.Fatalf("append through the second handle = %d, %v", seq, err)
+	}
+}
+
+func TestCorruptRecord(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	l := open(t, nc, natslog.Config{})
+	if _, err := l.Append(ctxT(t), 0, ev(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer, bypassing the codec and the CAS.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := js.Publish(ctxT(t), "termlog.ev.x", []byte("{not json")); err != nil || ack.Sequence != 2 {
+		t.Fatalf("raw publish: %v, %v", ack, err)
+	}
+	if _, err := l.Append(ctxT(t), 2, ev(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recs := readAll(t, l)
+	if len(recs) != 3 {
+		t.Fatalf("read %d records, want 3", len(recs))
+	}
+	_, err = recs[1].Decode()
+	var de *events.DecodeError
+	if !errors.As(err, &de) || de.Seq != 2 || !errors.Is(err, events.ErrMalformed) {
+		t.Fatalf("decode of the garbage record: %v, want a *DecodeError at seq 2", err)
+	}
+	for _, i := range []int{0, 2} {
+		e, err := recs[i].Decode()
+		if err != nil || e.Seq != uint64(i+1) {
+			t.Fatalf("record %d: %+v, %v", i, e, err)
+		}
+	}
+}
+
+func TestRestartKeepsEvents(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s1, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc1, err := s1.Connect()
+	if err != nil {
+		s1.Shutdown()
+		t.Fatal(err)
+	}
+	l1 := open(t, nc1, natslog.Config{})
+	want := []events.Event{ev(1, 0), ev(1, 1), ev(2, 2)}
+	_, err = l1.Append(ctxT(t), 0, want...)
+	nc1.Close()
+	s1.Shutdown()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := startServer(t, dir, false)
+	l2 := open(t, connect(t, s2), natslog.Config{})
+	recs := readAll(t, l2)
+	if len(recs) != len(want) {
+		t.Fatalf("after restart read %d records, want %d", len(recs), len(want))
+	}
+	for i, r := range recs {
+		e, err := r.Decode()
+		if err != nil || e.Term != want[i].Term || e.Data != want[i].Data {
+			t.Fatalf("record %d after restart: %+v, %v", i, e, err)
+		}
+	}
+	// The fence survives the restart too.
+	if _, err := l2.Append(ctxT(t), 2, ev(3, 3)); !errors.Is(err, events.ErrFenced) {
+		t.Fatalf("stale append after restart: %v, want ErrFenced", err)
+	}
+	// As does the idempotent retry of the last append.
+	if seq, err := l2.Append(ctxT(t), 2, want[2]); err != nil || seq != 3 {
+		t.Fatalf("retry after restart = %d, %v; want 3, nil", seq, err)
+	}
+}
+
+func TestAppendServerDown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []nats.Option
+		ctx  func(t *testing.T) (context.Context, context.CancelFunc)
+	}{
+		// The connection keeps trying to reconnect: the caller's deadline bounds the append.
+		{"Reconnecting", nil, func(t *testing.T) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(t.Context(), 500*time.Millisecond)
+		}},
+		// The connection is closed: the append fails at once, even without a deadline.
+		{"Closed", []nats.Option{nats.NoReconnect()}, func(t *testing.T) (context.Context, context.CancelFunc) {
+			return context.WithCancel(t.Context())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, t.TempDir(), false)
+			nc := connect(t, s, tc.opts...)
+			l := open(t, nc, natslog.Config{RequestTimeout: 3 * time.Second})
+			if _, err := l.Append(ctxT(t), 0, ev(1, 0)); err != nil {
+				t.Fatal(err)
+			}
+			s.Shutdown()
+			ctx, cancel := tc.ctx(t)
+			defer cancel()
+			start := time.Now()
+			seq, err := l.Append(ctx, 1, ev(1, 1))
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("Append took %s against a shut-down server", d)
+			}
+			if err == nil {
+				t.Fatalf("Append against a shut-down server succeeded with seq %d", seq)
+			}
+			if errors.Is(err, events.ErrFenced) {
+				t.Fatalf("Append against a shut-down server said fenced: %v", err)
+			}
+			if seq != 1 {
+				t.Errorf("failed Append returned seq %d, want the unchanged 1", seq)
+			}
+			t.Logf("Append: %v", err)
+		})
+	}
+}
+
+// A Watch keeps delivering across a server restart on the same data dir and
+// port: its consumer is lost with the server and made again after the last
+// delivered seq, whether it had delivered records before or not.
+func TestWatchAcrossRestart(t *testing.T) {
+	t.Parallel()
+	for _, from := range []uint64{1, 2} {
+		t.Run(fmt.Sprintf("From%d", from), func(t *testing.T) {
+			t.Parallel()
+			testWatchAcrossRestart(t, from)
+		})
+	}
+}
+
+func testWatchAcrossRestart(t *testing.T, from uint64) {
+	dir := t.TempDir()
+	s1, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := s1.NATS().Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(s1.ClientURL(), nats.Timeout(10*time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		s1.Shutdown()
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	l := open(t, nc, natslog.Config{})
+	if _, err := l.Append(ctxT(t), 0, ev(1, 0)); err != nil {
+		s1.Shutdown()
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	got := make(chan uint64)
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Watch(ctx, from, func(r events.Record) error {
+			select {
+			case got <- r.Seq:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	stopWatch := func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v after cancel", err)
+		}
+	}
+	recv := func(want uint64) {
+		t.Helper()
+		timer := time.NewTimer(20 * time.Second)
+		defer timer.Stop()
+		select {
+		case seq := <-got:
+			if seq != want {
+				t.Fatalf("Watch delivered seq %d, want %d", seq, want)
+			}
+		case err := <-done:
+			done <- err
+			t.Fatalf("Watch returned %v", err)
+		case <-timer.C:
+			t.Fatalf("Watch did not deliver seq %d", want)
+		}
+	}
+	if from == 1 {
+		recv(1)
+	} else {
+		// Let the idle Watch get its consumer before the server goes.
+		waitPulling(t, nc, l.Stream())
+	}
+	s1.Shutdown()
+	s2, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir, Port: port})
+	if err != nil {
+		stopWatch()
+		t.Fatal(err)
+	}
+	t.Cleanup(s2.Shutdown)
+	t.Cleanup(stopWatch) // runs before the shutdown
+	// The client reconnects; the append may race the reconnect, so retry it
+	// while its outcome is unknown (the CAS and msg id make that safe).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		actx, acancel := context.WithTimeout(t.Context(), time.Second)
+		seq, err := l.Append(actx, 1, ev(1, 1))
+		acancel()
+		if err == nil && seq == 2 {
+			break
+		}
+		if errors.Is(err, events.ErrFenced) || time.Now().After(deadline) {
+			t.Fatalf("append after restart: %d, %v", seq, err)
+		}
+	}
+	recv(2)
+}
+
+// waitPulling polls until a consumer of the stream has a pull request
+// waiting: its reader got the consumer and is fetching.
+func waitPulling(t *testing.T, nc *nats.Conn, stream string) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := js.Stream(ctxT(t), stream)
+		if err == nil {
+			infos := st.ListConsumers(ctxT(t))
+			pulling := false
+			for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
+				pulling = pulling || ci.NumWaiting > 0
+			}
+			if pulling {
+				return
+			}
+			err = infos.Err()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no consumer of stream %s is pulling (last error %v)", stream, err)
+		}
+		<-tick.C
+	}
+}
+
+// Read and Watch clean up after themselves: no consumer is left on the
+// stream and no goroutine outlives the call. Not parallel: it counts
+// goroutines.
+func TestReadersCleanUp(t *testing.T) {
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	l := open(t, nc, natslog.Config{})
+	if _, err := l.Append(ctxT(t), 0, ev(1, 0), ev(1, 1), ev(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctxT(t), l.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Warm up: the first request makes the connection's response mux.
+	_ = readAll(t, l)
+	baseline := goleak.IgnoreCurrent()
+
+	if n := len(readAll(t, l)); n != 3 {
+		t.Fatalf("read %d records", n)
+	}
+	stop := errors.New("stop")
+	if err := l.Watch(ctxT(t), 2, func(r events.Record) error {
+		if r.Seq == 3 {
+			return stop
+		}
+		return nil
+	}); !errors.Is(err, stop) {
+		t.Fatalf("Watch: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := l.Watch(ctx, 4, func(r events.Record) error {
+		return errors.New("unexpected record")
+	}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle Watch: %v", err)
+	}
+	info, err := st.Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Errorf("%d consumers left on the stream", info.State.Consumers)
+	}
+	goleak.VerifyNone(t, baseline)
+}
+
+func TestStartServerErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := natslog.StartServer(natslog.ServerConfig{}); err == nil {
+		t.Error("started without a data dir")
+	}
+	if _, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Host: "0.0.0.0"}); err == nil {
+		t.Error("started on 0.0.0.0")
+	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if s, err := natslog.StartServer(natslog.ServerConfig{DataDir: notDir}); err == nil {
+		s.Shutdown()
+		t.Error("started on a data dir that is a file")
+	} else if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %s to report a bad data dir", d)
+	} else {
+		t.Logf("StartServer: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var log syncBuffer
+	start = time.Now()
+	s, err := natslog.StartServer(natslog.ServerConfig{
+		DataDir: t.TempDir(), Port: ln.Addr().(*net.TCPAddr).Port, LogWriter: &log,
+	})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("started on a port in use")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %s to report a port in use", d)
+	}
+	t.Logf("StartServer: %v", err)
+	if !strings.Contains(log.String(), "Starting nats-server") {
+		t.Errorf("server log not written: %q", log.String())
+	}
+}
+
+// Open retries while JetStream is not there yet and binds once it is.
+func TestOpenWaitsForJetStream(t *testing.T) {
+	t.Parallel()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.Timeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+
+	// Without JetStream, Open gives up at its deadline.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := natslog.Open(ctx, nc, natslog.Config{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Open without JetStream: %v, want a deadline error", err)
+	} else {
+		t.Logf("Open: %v", err)
+	}
+
+	type result struct {
+		l   *natslog.Log
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := natslog.Open(ctxT(t), nc, natslog.Config{})
+		done <- result{l, err}
+	}()
+	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
+		<-done
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Open once JetStream is up: %v", r.err)
+	}
+	if seq, err := r.l.Append(ctxT(t), 0, ev(1, 0)); err != nil || seq != 1 {
+		t.Fatalf("Append = %d, %v", seq, err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

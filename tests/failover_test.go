@@ -1,0 +1,136 @@
+package tests
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/meta"
+)
+
+// TestLeaderKilledWhileWorkersHeartbeat: a new leader takes over within a
+// bounded time, no worker that kept heartbeating is expired, views converge.
+func TestLeaderKilledWhileWorkersHeartbeat(t *testing.T) {
+	c := newCluster(t)
+	opts := metaOpts{workerTimeout: 2 * time.Second, expiry: 100 * time.Millisecond}
+	nodes := []*metaNode{c.startMeta("meta-1", opts), c.startMeta("meta-2", opts), c.startMeta("meta-3", opts)}
+	var workers []*workerNode
+	for i := range 3 {
+		workers = append(workers, c.startWorker(freePort(t), fmt.Sprintf("w%d", i), 200*time.Millisecond))
+	}
+	eventually(t, 15*time.Second, "3 running workers and a recovered leader", func() bool {
+		l, _ := leaderOf(nodes...)
+		if l == nil || len(l.View().ListWorkers()) != 3 {
+			return false
+		}
+		r, ok := currentRecovery(l)
+		return ok && r.State == meta.RecoveryComplete
+	})
+	old, oldTerm := leaderOf(nodes...)
+	before := workerIDs(old.View())
+
+	killed := time.Now()
+	old.kill()
+	var rest []*metaNode
+	for _, n := range nodes {
+		if n != old {
+			rest = append(rest, n)
+		}
+	}
+	var newLeader *metaNode
+	eventually(t, 15*time.Second, "a new leader with recovery complete", func() bool {
+		l, term := leaderOf(rest...)
+		if l == nil || term <= oldTerm {
+			return false
+		}
+		r, ok := currentRecovery(l)
+		if ok && r.State == meta.RecoveryComplete {
+			newLeader = l
+			return true
+		}
+		return false
+	})
+	t.Logf("failover: leader killed -> new leader's recovery complete in %s", time.Since(killed).Round(time.Millisecond))
+
+	// Keep going for a full worker timeout under the new leader: nothing expires.
+	r, _ := currentRecovery(newLeader)
+	eventually(t, 10*time.Second, "one worker timeout under the new leader", func() bool {
+		return time.Since(r.CompletedAt) > 2500*time.Millisecond
+	})
+	v := converged(t, rest[0].log, rest...)
+	if got := workerIDs(v); got != before {
+		t.Fatalf("workers changed across failover: %s -> %s", before, got)
+	}
+	if n := countType(t, rest[0], events.TypeWorkerExpired); n != 0 {
+		t.Fatalf("%d worker.expired events, want 0", n)
+	}
+	if err := v.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range workers {
+		if s := w.agent.Stats(); !s.Active {
+			t.Fatalf("worker %s has no control session: %+v", w.agent.Addr(), s)
+		}
+	}
+}
+
+func countType(t *testing.T, n *metaNode, typ string) int {
+	t.Helper()
+	count := 0
+	ctx := t.Context()
+	err := n.log.Read(ctx, 1, func(rec events.Record) error {
+		ev, err := rec.Decode()
+		if err == nil && ev.Type() == typ {
+			count++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return count
+}
+
+// TestStepDownJoinsLeaderTasks: a replica that steps down has no leader
+// goroutine left, keeps following, and can lead again with a higher term.
+func TestStepDownJoinsLeaderTasks(t *testing.T) {
+	c := newCluster(t)
+	m := c.startMeta("meta-1", metaOpts{})
+	w := c.startWorker(freePort(t), "w1", 200*time.Millisecond)
+	eventually(t, 10*time.Second, "leader with a recovered worker", func() bool {
+		r, ok := currentRecovery(m)
+		return ok && r.State == meta.RecoveryComplete && len(r.Sessions) == 1
+	})
+	if n := leaderGoroutines(); n == 0 {
+		t.Fatal("no leader goroutines found while leading: the check below could not fail")
+	}
+	_, term := m.Leading()
+	m.StepDown()
+	eventually(t, 5*time.Second, "meta-1 to follow", func() bool { ok, _ := m.Leading(); return !ok })
+	if n := leaderGoroutines(); n != 0 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d leader goroutines left after stepping down:\n%s", n, buf[:runtime.Stack(buf, true)])
+	}
+	if s := w.agent.Stats(); s.Active {
+		eventually(t, 5*time.Second, "control session closed", func() bool { return !w.agent.Stats().Active })
+	}
+	eventually(t, 15*time.Second, "meta-1 to lead again", func() bool {
+		ok, t2 := m.Leading()
+		return ok && t2 > term
+	})
+}
+
+// leaderGoroutines counts goroutines running leader code.
+func leaderGoroutines() int {
+	buf := make([]byte, 4<<20)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "meta.(*leaderSession)") {
+			n++
+		}
+	}
+	return n
+}

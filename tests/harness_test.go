@@ -1,0 +1,240 @@
+// Package tests holds multi-component scenario tests: real embedded NATS,
+// several meta replicas in one process with separate connections, real TCP
+// control streams on loopback.
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const cluster = "termlog"
+
+type cluster_ struct {
+	t   *testing.T
+	srv *natslog.Server
+}
+
+func newCluster(t *testing.T) *cluster_ {
+	t.Helper()
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return &cluster_{t: t, srv: srv}
+}
+
+func (c *cluster_) conn() *nats.Conn {
+	c.t.Helper()
+	nc, err := c.srv.Connect()
+	if err != nil {
+		c.t.Fatalf("connect: %v", err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
+func (c *cluster_) openLog(nc *nats.Conn) *natslog.Log {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster})
+	if err != nil {
+		c.t.Fatalf("open log: %v", err)
+	}
+	return l
+}
+
+// metaNode is one meta replica with its own NATS connection.
+type metaNode struct {
+	*meta.Replica
+	nc     *nats.Conn
+	log    *natslog.Log
+	fp     *failpoint.Set
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type metaOpts struct {
+	workerTimeout time.Duration
+	expiry        time.Duration
+	clock         clock.Clock
+}
+
+func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
+	c.t.Helper()
+	nc := c.conn()
+	lg := c.openLog(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := meta.OpenKVLease(ctx, js, cluster, 3*time.Second, 1)
+	if err != nil {
+		c.t.Fatalf("lease: %v", err)
+	}
+	fp := failpoint.New()
+	r, err := meta.New(meta.Config{
+		ID: id, Cluster: cluster, Log: lg, Lease: lease, NC: nc,
+		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
+		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		_ = r.Run(rctx)
+	}()
+	c.t.Cleanup(m.stop)
+	return m
+}
+
+// stop shuts the replica down cleanly (it releases its lease).
+func (m *metaNode) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// kill simulates a crash: the connection goes first, so nothing is released.
+func (m *metaNode) kill() {
+	m.nc.Close()
+	m.stop()
+}
+
+// workerNode is a worker process: control-stream agent on its endpoint plus
+// the client that registers and heartbeats.
+type workerNode struct {
+	agent  *client.Agent
+	w      *client.Worker
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Duration) *workerNode {
+	c.t.Helper()
+	var w *client.Worker
+	agent, err := client.ListenAgent(endpoint, testLogger(c.t), func() client.WorkerRef { return w.Ref() })
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	w, err = client.NewWorker(c.conn(), client.WorkerConfig{
+		Cluster: cluster, Incarnation: incarnation, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
+		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(c.t),
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &workerNode{agent: agent, w: w, cancel: cancel}
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); _ = agent.Run(ctx) }()
+	go func() { defer n.wg.Done(); _ = w.Run(ctx) }()
+	c.t.Cleanup(n.stop)
+	return n
+}
+
+func (n *workerNode) stop() {
+	n.cancel()
+	n.wg.Wait()
+}
+
+// freePort returns a loopback host:port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	if testing.Verbose() {
+		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
+	}
+	return zerolog.Nop()
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func leaderOf(nodes ...*metaNode) (*metaNode, uint64) {
+	for _, n := range nodes {
+		if ok, term := n.Leading(); ok {
+			return n, term
+		}
+	}
+	return nil, 0
+}
+
+func currentRecovery(n *metaNode) (meta.Recovery, bool) {
+	terms := n.Terms()
+	if len(terms) == 0 {
+		return meta.Recovery{}, false
+	}
+	return terms[len(terms)-1].Recovery, true
+}
+
+// converged waits until every replica's view is at the log's tail with the
+// same hash, and returns that view.
+func converged(t *testing.T, lg *natslog.Log, nodes ...*metaNode) *projections.State {
+	t.Helper()
+	var v *projections.State
+	eventually(t, 10*time.Second, "views to converge", func() bool {
+		tail, err := lg.Tail(context.Background())
+		if err != nil {
+			return false
+		}
+		v = nodes[0].View()
+		for _, n := range nodes {
+			nv := n.View()
+			if nv.Seq != tail || nv.Hash() != v.Hash() {
+				return false
+			}
+		}
+		return true
+	})
+	return v
+}
+
+func workerIDs(v *projections.State) string {
+	var ids []uint64
+	for _, w := range v.ListWorkers() {
+		ids = append(ids, w.ID)
+	}
+	return fmt.Sprint(ids)
+}
