@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+// Status is what `termlog status --json` prints: read from the stream and
+// the lease bucket, never from a leader RPC, so it works without a leader.
+type Status struct {
+	Cluster     string                `json:"cluster"`
+	LeaseHolder string                `json:"lease_holder"`
+	Seq         uint64                `json:"seq"`
+	Term        uint64                `json:"term"`
+	Leader      string                `json:"leader"`
+	At          time.Time             `json:"at"`
+	Hash        string                `json:"hash"`
+	Workers     []projections.Worker  `json:"workers"`
+	Stores      []projections.Store   `json:"stores"`
+	Shards      []projections.Shard   `json:"shards"`
+	Counters    projections.Counters  `json:"counters"`
+	Anomalies   []projections.Anomaly `json:"anomalies"`
+}
+
+func loadStatus(ctx context.Context, nc *nats.Conn, cluster string) (Status, error) {
+	lg, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster})
+	if err != nil {
+		return Status{}, err
+	}
+	st, err := client.Load(ctx, lg)
+	if err != nil {
+		return Status{}, err
+	}
+	s := Status{
+		Cluster: cluster, Seq: st.Seq, Term: st.Term, Leader: st.Leader, At: st.At, Hash: st.Hash(),
+		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
+	}
+	if js, err := jetstream.New(nc); err == nil {
+		if kv, err := js.KeyValue(ctx, meta.LeaseBucket(cluster)); err == nil {
+			if e, err := kv.Get(ctx, meta.LeaseKey); err == nil {
+				s.LeaseHolder = string(e.Value())
+			}
+		}
+	}
+	return s, nil
+}
+
+func printStatus(w io.Writer, s Status) {
+	holder := s.LeaseHolder
+	if holder == "" {
+		holder = "none (no leader holds the lease)"
+	}
+	fmt.Fprintf(w, "cluster %s  seq %d  term %d  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, s.Term, s.Leader, holder, s.Hash)
+	fmt.Fprintf(w, "workers (%d):\n", len(s.Workers))
+	for _, wk := range s.Workers {
+		fmt.Fprintf(w, "  %-4d %-22s %-9s epoch %-6d %s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
+	}
+	if len(s.Stores) > 0 || len(s.Shards) > 0 {
+		fmt.Fprintf(w, "stores %d  shards %d\n", len(s.Stores), len(s.Shards))
+	}
+	c := s.Counters
+	fmt.Fprintf(w, "events applied %d  noops %d  rejected %d (stale term %d)  corrupt %d\n", c.Applied, c.NoOps, c.Rejected, c.StaleTerm, c.Corrupt)
+}
+
+func newStatus(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster as projected from the event stream",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := nats.Connect(g.natsURL, nats.Name("termlog-status"), nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("connect %s: %w", g.natsURL, err)
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			s, err := loadStatus(ctx, nc, g.cluster)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(s)
+			}
+			printStatus(cmd.OutOrStdout(), s)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newWorkerCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "worker", Short: "Workers"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List active workers (read from the projection)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := nats.Connect(g.natsURL, nats.Name("termlog-worker-list"), nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("connect %s: %w", g.natsURL, err)
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			s, err := loadStatus(ctx, nc, g.cluster)
+			if err != nil {
+				return err
+			}
+			for _, w := range s.Workers {
+				fmt.Fprintf(cmd.OutOrStdout(), "%d\t%s\t%s\tepoch=%d\n", w.ID, w.Endpoint, w.State, w.Epoch)
+			}
+			return nil
+		},
+	})
+	return cmd
+}

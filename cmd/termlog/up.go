@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/meta/client"
+)
+
+type upOpts struct {
+	data     string
+	port     int
+	metas    int
+	workers  int
+	lease    time.Duration
+	timeout  time.Duration
+	interval time.Duration
+}
+
+func newUp(g *globals) *cobra.Command {
+	o := upOpts{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a whole cluster in one process on an embedded NATS JetStream server",
+		Long: `up starts an embedded NATS JetStream server on 127.0.0.1, the meta replicas and
+the workers, waits until the cluster is healthy (a leader, every worker running,
+barrier recovery complete), then prints a compact status line until Ctrl-C.
+The data directory survives: running up again resumes the same stream.`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, o, cmd.OutOrStdout()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", "termlog-data", "data directory (created if missing)")
+	f.IntVar(&o.port, "nats-port", 4222, "client port of the embedded NATS server on 127.0.0.1 (0 picks a free one)")
+	f.IntVar(&o.metas, "metas", 3, "meta replicas")
+	f.IntVar(&o.workers, "workers", 3, "workers")
+	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
+	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
+	f.DurationVar(&o.interval, "status-every", 2*time.Second, "status line interval")
+	return cmd
+}
+
+func newIncarnation() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
+	if o.metas < 1 || o.workers < 0 {
+		return errors.New("--metas must be >= 1 and --workers >= 0")
+	}
+	lg, err := g.logger()
+	if err != nil {
+		return err
+	}
+	data, err := filepath.Abs(o.data)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	fps, err := failpoint.Parse(os.Getenv(failpoint.EnvVar))
+	if err != nil {
+		return err
+	}
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: o.port})
+	if err != nil {
+		return fmt.Errorf("start NATS (is port %d in use? try --nats-port 0): %w", o.port, err)
+	}
+	defer srv.Shutdown()
+	fmt.Fprintf(out, "termlog up: NATS JetStream at %s, data in %s\n", srv.ClientURL(), data)
+
+	var wg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	var metas []*meta.Replica
+	for i := 1; i <= o.metas; i++ {
+		id := fmt.Sprintf("meta-%d", i)
+		nc, err := srv.Connect(nats.Name(id))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		r, err := startMeta(ctx, nc, g.cluster, id, o, fps, lg)
+		if err != nil {
+			return err
+		}
+		metas = append(metas, r)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(runCtx) }()
+	}
+	for i := 1; i <= o.workers; i++ {
+		nc, err := srv.Connect(nats.Name(fmt.Sprintf("worker-%d", i)))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if err := startWorker(runCtx, &wg, nc, g.cluster, lg); err != nil {
+			return err
+		}
+	}
+
+	start := time.Now()
+	healthy := false
+	for {
+		leader, term := leading(metas)
+		if !healthy && leader != nil {
+			v := leader.View()
+			rec := leader.Terms()
+			running := 0
+			for _, w := range v.ListWorkers() {
+				if w.State == "running" {
+					running++
+				}
+			}
+			if running >= o.workers && len(rec) > 0 && rec[len(rec)-1].Recovery.State == meta.RecoveryComplete {
+				healthy = true
+				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete\n",
+					time.Since(start).Round(time.Millisecond), leader.ID(), term, running)
+				fmt.Fprintf(out, "look at it:  go run ./cmd/termlog status --nats %s\n", srv.ClientURL())
+				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
+			}
+		}
+		if healthy || time.Since(start) > 10*time.Second {
+			fmt.Fprintln(out, statusLine(metas, leader, term))
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "termlog up: shutting down")
+			cancel()
+			wg.Wait()
+			fmt.Fprintln(out, "termlog up: stopped; data kept in", data)
+			return nil
+		case <-time.After(o.interval):
+		}
+	}
+}
+
+func leading(metas []*meta.Replica) (*meta.Replica, uint64) {
+	for _, m := range metas {
+		if ok, term := m.Leading(); ok {
+			return m, term
+		}
+	}
+	return nil, 0
+}
+
+func statusLine(metas []*meta.Replica, leader *meta.Replica, term uint64) string {
+	if leader == nil {
+		return fmt.Sprintf("%s  no leader", time.Now().Format("15:04:05"))
+	}
+	v := leader.View()
+	rec := leader.Terms()
+	state := "-"
+	if len(rec) > 0 {
+		state = rec[len(rec)-1].Recovery.State
+	}
+	seqs := ""
+	for _, m := range metas {
+		seqs += fmt.Sprintf(" %s@%d", m.ID(), m.View().Seq)
+	}
+	return fmt.Sprintf("%s  leader %s term %d  seq %d  workers %d  recovery %s  rejected %d  views%s",
+		time.Now().Format("15:04:05"), leader.ID(), term, v.Seq, len(v.Workers), state, v.Counters.Rejected, seqs)
+}
+
+func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts, fps *failpoint.Set, lg zerolog.Logger) (*meta.Replica, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster})
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := meta.OpenKVLease(octx, js, cluster, o.lease, 1)
+	if err != nil {
+		return nil, err
+	}
+	return meta.New(meta.Config{
+		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
+		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps,
+	})
+}
+
+func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster string, lg zerolog.Logger) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	endpoint := ln.Addr().String()
+	ln.Close()
+	var w *client.Worker
+	agent, err := client.ListenAgent(endpoint, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
+	if err != nil {
+		return err
+	}
+	w, err = client.NewWorker(nc, client.WorkerConfig{
+		Cluster: cluster, Incarnation: newIncarnation(), Endpoint: endpoint, Kind: "compute", Parallelism: 4,
+		Logger: lg.With().Str("endpoint", endpoint).Logger(),
+	})
+	if err != nil {
+		return err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = agent.Run(ctx) }()
+	go func() { defer wg.Done(); _ = w.Run(ctx) }()
+	return nil
+}
