@@ -105,7 +105,8 @@ func newStatus(g *globals) *cobra.Command {
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "worker", Short: "Workers"}
+	cmd := &cobra.Command{Use: "worker"}
+	newWorkerRoleCmd(g, cmd)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List active workers (read from the projection)",

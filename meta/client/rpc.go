@@ -15,6 +15,7 @@ const (
 	RPCActivate   = "activate"
 	RPCHeartbeat  = "heartbeat"
 	RPCDeregister = "deregister"
+	RPCStepDown   = "stepdown" // ask the leader to give up its lease
 )
 
 // RPCSubject is the subject of one RPC in a cluster.
