@@ -134,7 +134,7 @@ func (s *State) Apply(ev events.Event) Result {
 	switch r.Outcome {
 	case Applied:
 		s.Counters.Applied++
-		s.At = ev.At
+		s.At = ev.At.UTC()
 	case NoOp:
 		s.Counters.NoOps++
 	case Rejected:
