@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/replay"
+)
+
+type replayFlags struct {
+	file        string
+	skipCorrupt bool
+	untilSeq    uint64
+	untilTime   string
+	state       bool
+	history     string
+	rejected    bool
+	check       bool
+	diff        string
+	follow      bool
+	json        bool
+	worker      uint64
+	endpoint    string
+	store       string
+	shard       uint64
+	typ         string
+	fromSeq     uint64
+	toSeq       uint64
+	fromTime    string
+	toTime      string
+}
+
+func newReplay(g *globals) *cobra.Command {
+	f := &replayFlags{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Fold the event log (live stream or JSONL export): timeline, state at a seq, histories, rejections, checks, diffs",
+		Long: `replay reads the live stream (--nats, --cluster) or a JSONL export (--file) and
+folds it with the same projection every replica runs.
+
+Default: the timeline, one line per event with the fold's outcome (filters:
+--worker --endpoint --store --shard --type --from-seq --to-seq --from-time
+--to-time; --follow keeps tailing the live stream). Or one of:
+  --until-seq N / --until-time T   the projected state at that point
+  --state                          the state at the end of the log
+  --history worker:ID|store:S|shard:N|endpoint:H:P
+  --rejected                       every rejected event (stale-term, future-term, invalid)
+  --check                          invariants after every event; non-zero exit at the first violation
+  --diff A..B                      what changed between the state after seq A and after seq B
+--json prints JSON (a line per event for timelines, a document otherwise).
+Progress of long replays goes to stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream")
+	fl.BoolVar(&f.skipCorrupt, "skip-corrupt", false, "fold a damaged JSONL line as a corrupt event and read on (reported on stderr)")
+	fl.Uint64Var(&f.untilSeq, "until-seq", 0, "stop after this seq; alone, print the state there")
+	fl.StringVar(&f.untilTime, "until-time", "", "stop before the first event after this RFC3339 time; alone, print the state there")
+	fl.BoolVar(&f.state, "state", false, "print the projected state (at the end, or at --until-seq/--until-time)")
+	fl.StringVar(&f.history, "history", "", "tell the story of one id: worker:ID, store:S, shard:N or endpoint:HOST:PORT")
+	fl.BoolVar(&f.rejected, "rejected", false, "list every rejected event with its writer, term and reason")
+	fl.BoolVar(&f.check, "check", false, "check the invariants after every event; fail at the first violation")
+	fl.StringVar(&f.diff, "diff", "", "print what changed between the state after seq A and after seq B (A..B)")
+	fl.BoolVar(&f.follow, "follow", false, "keep printing the timeline of the live stream until Ctrl-C")
+	fl.BoolVar(&f.json, "json", false, "print JSON")
+	fl.Uint64Var(&f.worker, "worker", 0, "timeline: events touching this worker id")
+	fl.StringVar(&f.endpoint, "endpoint", "", "timeline: events touching this worker endpoint (host:port)")
+	fl.StringVar(&f.store, "store", "", "timeline: events touching this store")
+	fl.Uint64Var(&f.shard, "shard", 0, "timeline: events touching this shard")
+	fl.StringVar(&f.typ, "type", "", "timeline: this event type, or a prefix such as worker. or shard.replica")
+	fl.Uint64Var(&f.fromSeq, "from-seq", 0, "timeline: from this seq")
+	fl.Uint64Var(&f.toSeq, "to-seq", 0, "timeline: up to this seq")
+	fl.StringVar(&f.fromTime, "from-time", "", "timeline: events at or after this RFC3339 time")
+	fl.StringVar(&f.toTime, "to-time", "", "timeline: events at or before this RFC3339 time")
+	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
+	return cmd
+}
+
+// options turns the flags into replay.Options.
+func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
+	o := replay.Options{UntilSeq: f.untilSeq, Follow: f.follow, JSON: f.json, SkipCorrupt: f.skipCorrupt, Diag: cmd.ErrOrStderr()}
+	var err error
+	parseTime := func(name, v string) time.Time {
+		if v == "" || err != nil {
+			return time.Time{}
+		}
+		t, perr := time.Parse(time.RFC3339Nano, v)
+		if perr != nil {
+			err = fmt.Errorf("--%s %q: want an RFC3339 time such as 2026-11-30T03:00:00Z", name, v)
+		}
+		return t
+	}
+	o.UntilTime = parseTime("until-time", f.untilTime)
+	o.Filter = replay.Filter{
+		Worker: f.worker, Endpoint: f.endpoint, Store: f.store, Shard: f.shard, Type: f.typ,
+		FromSeq: f.fromSeq, ToSeq: f.toSeq,
+		FromTime: parseTime("from-time", f.fromTime), ToTime: parseTime("to-time", f.toTime),
+	}
+	if err != nil {
+		return o, err
+	}
+	modes := 0
+	for _, set := range []bool{f.state, f.history != "", f.rejected, f.check, f.diff != ""} {
+		if set {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return o, errors.New("pick one of --state, --history, --rejected, --check, --diff")
+	}
+	switch {
+	case f.history != "":
+		o.Mode = replay.ModeHistory
+		o.Subject, err = replay.ParseSubject(f.history)
+	case f.rejected:
+		o.Mode = replay.ModeRejected
+	case f.check:
+		o.Mode = replay.ModeCheck
+	case f.diff != "":
+		o.Mode = replay.ModeDiff
+		o.DiffFrom, o.DiffTo, err = replay.ParseSeqRange(f.diff)
+		if err != nil {
+			err = fmt.Errorf("--diff: %w", err)
+		}
+	case f.state || f.untilSeq > 0 || f.untilTime != "":
+		o.Mode = replay.ModeState
+	}
+	if err != nil {
+		return o, err
+	}
+	if o.Mode != replay.ModeTimeline && o.Filter != (replay.Filter{}) {
+		return o, errors.New("--worker, --endpoint, --store, --shard, --type, --from-*/--to-* filter the timeline only")
+	}
+	if f.follow && f.file != "" {
+		return o, errors.New("--follow tails the live stream; it does not work with --file")
+	}
+	return o, nil
+}
+
+func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
+	o, err := f.options(cmd)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	var src replay.Source
+	if f.file != "" {
+		fh, err := os.Open(f.file)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		src = replay.JSONL(fh)
+	} else {
+		l, closeLog, err := openStream(ctx, g, "termlog-replay")
+		if err != nil {
+			return err
+		}
+		defer closeLog()
+		src = replay.Stream(l)
+	}
+	err = replay.Run(ctx, src, o, cmd.OutOrStdout())
+	var de *events.DecodeError
+	if errors.As(err, &de) && de.Line > 0 && !f.skipCorrupt {
+		return fmt.Errorf("%s: %w; --skip-corrupt folds the line as a corrupt event and reads on", f.file, err)
+	}
+	return err
+}
+
+func newReplayExport(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Write the live stream to JSONL (one event a line with its seq; corrupt records kept as raw lines)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			l, closeLog, err := openStream(ctx, g, "termlog-replay-export")
+			if err != nil {
+				return err
+			}
+			defer closeLog()
+			o := replay.TransferOptions{Diag: cmd.ErrOrStderr()}
+			if out == "" || out == "-" {
+				st, err := replay.Export(ctx, replay.Stream(l), cmd.OutOrStdout(), o)
+				if err == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "exported %s\n", describe(st))
+				}
+				return err
+			}
+			// Write next to the target and rename, so a failed export leaves
+			// no partial file under the name asked for.
+			tmp, err := os.CreateTemp(filepath.Dir(out), filepath.Base(out)+".*.tmp")
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp.Name())
+			st, err := replay.Export(ctx, replay.Stream(l), tmp, o)
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.Rename(tmp.Name(), out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "exported %s to %s\n", describe(st), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "-", "output file (- for stdout)")
+	return cmd
+}
+
+func newReplayImport(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "import FILE.jsonl",
+		Short: "Append a JSONL export to a fresh, empty stream, each event at the seq it has in the file",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			fh, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer fh.Close()
+			nc, l, err := connectStream(ctx, g, "termlog-replay-import")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			st, err := replay.Import(ctx, fh, rawLog{Log: l, js: js}, replay.TransferOptions{Diag: cmd.ErrOrStderr()})
+			if err != nil {
+				return fmt.Errorf("%s into stream %s: %w", args[0], l.Stream(), err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %s into stream %s\n", describe(st), l.Stream())
+			return nil
+		},
+	}
+}
+
+func describe(st replay.Stats) string {
+	if st.Events == 0 {
+		return "0 events"
+	}
+	return fmt.Sprintf("%d events (seq %d..%d, %d raw)", st.Events, st.First, st.Last, st.Raw)
+}
+
+// openStream connects to --nats and opens the --cluster stream.
+func openStream(ctx context.Context, g *globals, name string) (events.Log, func(), error) {
+	nc, l, err := connectStream(ctx, g, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, nc.Close, nil
+}
+
+func connectStream(ctx context.Context, g *globals, name string) (*nats.Conn, *natslog.Log, error) {
+	nc, err := nats.Connect(g.natsURL, nats.Name(name), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", g.natsURL, err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := natslog.Open(octx, nc, natslog.Config{Cluster: g.cluster})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, l, nil
+}
+
+// rawLog lets an import store a corrupt record byte for byte, fenced like
+// natslog.Log.Append: Nats-Expected-Last-Sequence and a Msg-Id. It is
+// published on <cluster>.ev.corrupt (the export does not keep subjects).
+type rawLog struct {
+	*natslog.Log
+	js jetstream.JetStream
+}
+
+var _ replay.RawAppender = rawLog{}
+
+func (l rawLog) AppendRaw(ctx context.Context, expectedLast uint64, body []byte) (uint64, error) {
+	seq := expectedLast + 1
+	ctx, cancel := context.WithTimeout(ctx, natslog.DefaultRequestTimeout)
+	defer cancel()
+	ack, err := l.js.PublishMsg(ctx, &nats.Msg{Subject: l.Subject("corrupt"), Data: body},
+		jetstream.WithExpectStream(l.Stream()),
+		jetstream.WithExpectLastSequence(expectedLast),
+		jetstream.WithMsgID(fmt.Sprintf("raw-%d", seq)))
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == 10071 || apiErr.ErrorCode == 10164):
+		return expectedLast, fmt.Errorf("append raw seq %d: %w: %v", seq, events.ErrFenced, err)
+	case err != nil:
+		return expectedLast, fmt.Errorf("append raw seq %d: %w", seq, err)
+	case ack.Sequence != seq:
+		return ack.Sequence, fmt.Errorf("append raw seq %d: %w: stored at seq %d", seq, events.ErrFenced, ack.Sequence)
+	}
+	return seq, nil
+}
