@@ -353,7 +353,7 @@ func (s *State) shardCreated(d events.ShardCreated) Result {
 		}
 		seen[st] = true
 	}
-	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas)}
+	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas), Initial: cloneMap(d.Replicas)}
 	return applied("shard %d with %d replicas", d.Shard, len(d.Replicas))
 }
 

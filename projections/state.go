@@ -54,6 +54,7 @@ const (
 type Shard struct {
 	ID       uint64             `json:"id"`
 	Members  map[uint64]string  `json:"members"`           // replica id -> store
+	Initial  map[uint64]string  `json:"initial"`           // the shard.created replicas: they bootstrap, later ones join
 	Removed  map[uint64]string  `json:"removed,omitempty"` // replica ids that must never start again
 	Pending  map[uint64]Pending `json:"pending,omitempty"`
 	CCID     uint64             `json:"ccid"`
@@ -205,6 +206,7 @@ func (s *State) Clone() *State {
 func (sh *Shard) clone() *Shard {
 	c := *sh
 	c.Members = cloneMap(sh.Members)
+	c.Initial = cloneMap(sh.Initial)
 	c.Removed = cloneMap(sh.Removed)
 	c.Pending = cloneMap(sh.Pending)
 	return &c
