@@ -223,7 +223,7 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 			_ = s.Unsubscribe()
 		}
 	}()
-	for _, rpc := range []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister, client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStepDown} {
+	for _, rpc := range []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister, client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStoreDrain, client.RPCStepDown} {
 		s, err := nc.ChanSubscribe(client.RPCSubject(l.r.cfg.Cluster, rpc), ch)
 		if err != nil {
 			l.lose(fmt.Sprintf("subscribe %s: %v", rpc, err))
@@ -289,6 +289,12 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 		default:
 			return l.deregister(ctx, ref)
 		}
+	case client.RPCStoreDrain:
+		req, err := client.DecodeDrain(data)
+		if err != nil {
+			return badRequest(err)
+		}
+		return l.storeDrain(ctx, req)
 	case client.RPCStepDown:
 		l.logger.Warn().Msg("step-down requested")
 		l.lose(reasonStepDown)

@@ -23,6 +23,7 @@ const (
 	FPExpiryAfterCollect = "expiry-after-collect" // expired ids collected, before the append
 	FPBeforeTermStarted  = "before-term-started"  // projected to the tail, before term.started
 	FPBeforeRenewal      = "before-lease-renewal" // before each lease renewal
+	FPOperatorBeforeAdd  = "operator-before-add"  // add intent recorded, before the config change is sent
 )
 
 // Config configures a meta replica. Zero durations take the defaults.

@@ -123,6 +123,30 @@ func (l *leaderSession) storeHeartbeat(ctx context.Context, hb client.StoreHeart
 	return client.Reply{}
 }
 
+// storeDrain handles store.drain: draining until now+for (never marked down
+// meanwhile), or up again.
+func (l *leaderSession) storeDrain(ctx context.Context, req client.DrainRequest) client.Reply {
+	var missing bool
+	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		if _, ok := v.Stores[req.Store]; !ok {
+			missing = true
+			return nil, nil
+		}
+		if req.ForMS == 0 {
+			return []events.Payload{events.StoreState{Store: req.Store, State: events.StoreUp}}, nil
+		}
+		until := l.r.cfg.Clock.Now().Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
+		return []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}, nil
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	if missing {
+		return badRequest(fmt.Errorf("unknown store %q", req.Store))
+	}
+	return client.Reply{}
+}
+
 // live reports whether a store heartbeats and is not down or tombstoned.
 func (l *leaderSession) live(v *projections.State, store string, now time.Time) bool {
 	st, ok := v.Stores[store]
@@ -572,6 +596,9 @@ func (l *leaderSession) addStep(ctx context.Context, opID string, shard uint64, 
 		addr = v.Stores[target].RaftAddr
 		return []events.Payload{events.ShardReplicaAdding{Shard: shard, Replica: replica, Store: target, CCID: sh.CCID, Op: opID}}, nil
 	}); err != nil {
+		return err
+	}
+	if err := l.r.cfg.Failpoints.Hit(ctx, FPOperatorBeforeAdd); err != nil {
 		return err
 	}
 	for {

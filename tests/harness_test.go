@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,28 +21,63 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// dragonboat's loggers are process-wide: silence them once, here.
+	if err := logstore.SetDragonboatLogLevel("critical"); err != nil {
+		panic(err)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const cluster = "termlog"
 
 type cluster_ struct {
-	t   *testing.T
-	srv *natslog.Server
+	t      *testing.T
+	srvCfg natslog.ServerConfig
+	srv    *natslog.Server
 }
 
 func newCluster(t *testing.T) *cluster_ {
 	t.Helper()
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir()})
+	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir()}}
+	c.startNATS()
+	return c
+}
+
+// newClusterOnPort runs NATS on a fixed port, so it can be stopped and
+// started again at the same URL.
+func newClusterOnPort(t *testing.T) *cluster_ {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(freePort(t))
+	p, _ := strconv.Atoi(port)
+	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Port: p}}
+	c.startNATS()
+	return c
+}
+
+func (c *cluster_) startNATS() {
+	c.t.Helper()
+	srv, err := natslog.StartServer(c.srvCfg)
 	if err != nil {
-		t.Fatalf("start nats: %v", err)
+		c.t.Fatalf("start nats: %v", err)
 	}
-	t.Cleanup(srv.Shutdown)
-	return &cluster_{t: t, srv: srv}
+	c.t.Cleanup(srv.Shutdown)
+	c.srv = srv
+	c.srvCfg.Port = portOf(srv.ClientURL())
+}
+
+func (c *cluster_) stopNATS() { c.srv.Shutdown() }
+
+func portOf(url string) int {
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
+	p, _ := strconv.Atoi(port)
+	return p
 }
 
 func (c *cluster_) conn() *nats.Conn {
@@ -78,6 +115,7 @@ type metaOpts struct {
 	workerTimeout time.Duration
 	expiry        time.Duration
 	clock         clock.Clock
+	scheduler     meta.SchedulerConfig
 }
 
 func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
@@ -98,7 +136,7 @@ func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 	r, err := meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: lg, Lease: lease, NC: nc,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
-		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp,
+		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp, Scheduler: o.scheduler,
 	})
 	if err != nil {
 		c.t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Store RPCs, served by the meta leader.
@@ -160,6 +161,31 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 		}
 	default:
 		return r, fmt.Errorf("unknown op %q", r.Op)
+	}
+	return r, nil
+}
+
+// RPCStoreDrain marks a store draining until a deadline (a planned restart:
+// it is not marked down meanwhile) or, with a zero duration, up again.
+const RPCStoreDrain = "store.drain"
+
+// DrainRequest asks for a store to drain for a while (0: undrain).
+type DrainRequest struct {
+	Store string `json:"store"`
+	ForMS int64  `json:"for_ms"`
+}
+
+// DecodeDrain decodes and validates a drain request.
+func DecodeDrain(b []byte) (DrainRequest, error) {
+	var r DrainRequest
+	if err := decodeStrict(b, &r); err != nil {
+		return r, err
+	}
+	if err := ValidateStoreID(r.Store); err != nil {
+		return r, err
+	}
+	if r.ForMS < 0 || r.ForMS > int64(7*24*time.Hour/time.Millisecond) {
+		return r, errors.New("for_ms must be 0..7 days")
 	}
 	return r, nil
 }

@@ -1,0 +1,263 @@
+package logstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/meta/client"
+)
+
+// StoreConfig configures a log store process.
+type StoreConfig struct {
+	Host    Config     // the NodeHost
+	Cluster string     // default "termlog"
+	NC      *nats.Conn // store RPCs to meta and the executor subject
+	Log     events.Log // the event stream, projected by the store itself
+	// Heartbeat is the interval of heartbeats to meta; default 500ms.
+	Heartbeat time.Duration
+	// Resync is the reconciler's re-plan period; default 500ms.
+	Resync time.Duration
+	Logger zerolog.Logger
+	Clock  clock.Clock
+}
+
+// Store is one log store: a NodeHost made to match the projected membership
+// of its store id, registered with meta, heartbeating its ShardInfo and
+// executing the scheduler's config changes.
+type Store struct {
+	cfg         StoreConfig
+	host        *Host
+	proj        *client.Projector
+	rec         *Reconciler
+	incarnation string
+	logger      zerolog.Logger
+
+	mu         sync.Mutex
+	registered bool
+}
+
+// OpenStore opens the NodeHost (it starts no replica).
+func OpenStore(cfg StoreConfig) (*Store, error) {
+	if cfg.NC == nil || cfg.Log == nil {
+		return nil, errors.New("logstore: a store needs a NATS connection and the event log")
+	}
+	if err := client.ValidateStoreID(cfg.Host.StoreID); err != nil {
+		return nil, err
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "termlog"
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 500 * time.Millisecond
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 500 * time.Millisecond
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	cfg.Host.Logger = cfg.Logger
+	h, err := Open(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	lg := cfg.Logger.With().Str("store", cfg.Host.StoreID).Logger()
+	proj := client.NewProjector(cfg.Log, lg, cfg.Clock)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), logger: lg}
+	s.rec = NewReconciler(ReconcilerConfig{Store: cfg.Host.StoreID, Host: h, View: ViewOf(proj), Logger: lg, Clock: cfg.Clock, Resync: cfg.Resync})
+	return s, nil
+}
+
+// Host is the store's NodeHost.
+func (s *Store) Host() *Host { return s.host }
+
+// Projector is the store's own projection of the stream.
+func (s *Store) Projector() *client.Projector { return s.proj }
+
+// Reconciler is the store's membership reconciler.
+func (s *Store) Reconciler() *Reconciler { return s.rec }
+
+// Incarnation identifies this process start.
+func (s *Store) Incarnation() string { return s.incarnation }
+
+// Close closes the NodeHost. Call it after Run returned.
+func (s *Store) Close() { s.host.Close() }
+
+// Run projects the stream, reconciles, serves the executor subject and
+// registers and heartbeats until ctx is done; it joins every goroutine.
+func (s *Store) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(func(ctx context.Context) { _ = s.proj.Run(ctx) })
+	run(func(ctx context.Context) { _ = s.rec.Run(ctx) })
+	run(s.serveExec)
+	s.heartbeatLoop(ctx)
+	return nil
+}
+
+func (s *Store) request(ctx context.Context, rpc string, body any) (client.Reply, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return client.Reply{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	msg, err := s.cfg.NC.RequestWithContext(rctx, client.RPCSubject(s.cfg.Cluster, rpc), b)
+	if err != nil {
+		return client.Reply{}, err
+	}
+	var rep client.Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return client.Reply{}, fmt.Errorf("malformed reply: %v", err)
+	}
+	if rep.Error != nil {
+		return rep, rep.Error
+	}
+	return rep, nil
+}
+
+// heartbeatLoop registers (again when meta says so) and heartbeats.
+func (s *Store) heartbeatLoop(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		registered := s.registered
+		s.mu.Unlock()
+		var err error
+		if !registered {
+			_, err = s.request(ctx, client.RPCStoreRegister, client.StoreRegisterRequest{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation, RaftAddr: s.host.RaftAddr()})
+			if err == nil {
+				s.logger.Info().Str("raft_addr", s.host.RaftAddr()).Str("incarnation", s.incarnation).Msg("store registered")
+				s.mu.Lock()
+				s.registered = true
+				s.mu.Unlock()
+			}
+		} else {
+			_, err = s.request(ctx, client.RPCStoreHeartbeat, s.heartbeat())
+			if errors.Is(err, client.ErrReregister) {
+				s.mu.Lock()
+				s.registered = false
+				s.mu.Unlock()
+				continue
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			s.logger.Debug().Err(err).Msg("meta not answering")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.cfg.Clock.After(s.cfg.Heartbeat):
+		}
+	}
+}
+
+func (s *Store) heartbeat() client.StoreHeartbeat {
+	hb := client.StoreHeartbeat{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation}
+	for _, si := range s.host.ShardInfos() {
+		hb.Shards = append(hb.Shards, client.ShardReport{Shard: si.Shard, Replica: si.Replica, Replicas: si.Replicas,
+			Leader: si.Leader, Term: si.Term, CCID: si.CCID, Pending: si.Pending})
+	}
+	for _, sk := range s.rec.Skipped() {
+		hb.Skipped = append(hb.Skipped, client.SkippedReplica{Shard: sk.Shard, Replica: sk.Replica, Reason: sk.Reason})
+	}
+	return hb
+}
+
+// serveExec runs the scheduler's config changes and membership reads, one
+// at a time, each bounded by the request's timeout.
+func (s *Store) serveExec(ctx context.Context) {
+	ch := make(chan *nats.Msg, 64)
+	sub, err := s.cfg.NC.ChanSubscribe(client.ExecSubject(s.cfg.Cluster, s.cfg.Host.StoreID), ch)
+	if err != nil {
+		s.logger.Error().Err(err).Msg("cannot serve config changes")
+		return
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-ch:
+			rep := s.exec(ctx, m.Data)
+			b, _ := json.Marshal(rep)
+			if m.Reply != "" {
+				_ = m.Respond(b)
+			}
+		}
+	}
+}
+
+func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
+	req, err := client.DecodeExec(data)
+	if err != nil {
+		return client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
+	}
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if timeout <= 0 || timeout > time.Minute {
+		timeout = 10 * time.Second
+	}
+	ectx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lg := s.logger.With().Str("op", req.Op).Uint64("shard", req.Shard).Uint64("replica", req.Replica).Logger()
+	var res Result
+	switch req.Op {
+	case client.ExecMembership:
+		m, err := s.host.Membership(ectx, req.Shard)
+		if err != nil {
+			return client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
+		}
+		return withMembership(client.ExecReply{Outcome: client.OutcomeApplied}, m)
+	case client.ExecAdd:
+		res = s.host.AddReplica(ectx, req.Shard, req.Replica, req.Addr)
+	case client.ExecRemove:
+		res = s.host.RemoveReplica(ectx, req.Shard, req.Replica)
+	}
+	lg.Info().Str("result", res.String()).Msg("config change")
+	rep := client.ExecReply{CCID: res.CCID, Error: res.Reason}
+	switch res.Outcome {
+	case Applied:
+		rep.Outcome = client.OutcomeApplied
+	case Rejected:
+		rep.Outcome = client.OutcomeRejected
+	case Retry:
+		rep.Outcome = client.OutcomeRetry
+	case Unknown:
+		rep.Outcome = client.OutcomeUnknown
+	default:
+		rep.Outcome = client.OutcomeError
+	}
+	if res.Membership != nil {
+		rep = withMembership(rep, res.Membership)
+	}
+	return rep
+}
+
+func withMembership(rep client.ExecReply, m *Membership) client.ExecReply {
+	rep.CCID = m.CCID
+	rep.Replicas = m.Replicas
+	for r := range m.Removed {
+		rep.Removed = append(rep.Removed, r)
+	}
+	sort.Slice(rep.Removed, func(i, j int) bool { return rep.Removed[i] < rep.Removed[j] })
+	return rep
+}

@@ -1,0 +1,153 @@
+package tests
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/logstore"
+	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/projections"
+)
+
+// storeNode is one log store process; restart keeps its data dir and raft
+// address, as a pod restarting in place.
+type storeNode struct {
+	c    *cluster_
+	id   string
+	dir  string
+	addr string
+
+	// The connection and the log stay across restarts of the store, so a
+	// store can start while the NATS server is down (the connection
+	// reconnects by itself).
+	nc  *nats.Conn
+	log *natslog.Log
+
+	mu     sync.Mutex
+	s      *logstore.Store
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (c *cluster_) newStore(id string) *storeNode {
+	nc, err := nats.Connect(c.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: c.openLog(nc)}
+	n.start()
+	c.t.Cleanup(n.stop)
+	return n
+}
+
+func (n *storeNode) start() {
+	t := n.c.t
+	t.Helper()
+	s, err := logstore.OpenStore(logstore.StoreConfig{
+		Host:    logstore.Config{StoreID: n.id, DataDir: n.dir, RaftAddr: n.addr, RTTMillisecond: 20},
+		Cluster: cluster, NC: n.nc, Log: n.log, Heartbeat: 200 * time.Millisecond, Resync: 200 * time.Millisecond,
+		Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatalf("open store %s: %v", n.id, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx)
+	}()
+	n.mu.Lock()
+	n.s, n.cancel, n.done = s, cancel, done
+	n.mu.Unlock()
+}
+
+// stop ends the process: its goroutines, its NodeHost, its connection.
+func (n *storeNode) stop() {
+	n.mu.Lock()
+	s, cancel, done := n.s, n.cancel, n.done
+	n.s = nil
+	n.mu.Unlock()
+	if s == nil {
+		return
+	}
+	cancel()
+	<-done
+	s.Close()
+}
+
+func (n *storeNode) restart() {
+	n.stop()
+	n.start()
+}
+
+func (n *storeNode) store() *logstore.Store {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.s
+}
+
+func (n *storeNode) running(shard, replica uint64) bool {
+	s := n.store()
+	return s != nil && s.Host().Running(shard, replica)
+}
+
+func (n *storeNode) info(shard uint64) (logstore.ShardInfo, bool) {
+	s := n.store()
+	if s == nil {
+		return logstore.ShardInfo{}, false
+	}
+	for _, si := range s.Host().ShardInfos() {
+		if si.Shard == shard {
+			return si, true
+		}
+	}
+	return logstore.ShardInfo{}, false
+}
+
+func schedOpts() metaOpts {
+	return metaOpts{scheduler: meta.SchedulerConfig{Shards: 1, StoreTimeout: 2 * time.Second, StepTimeout: 15 * time.Second, Interval: 100 * time.Millisecond, Backoff: 500 * time.Millisecond}}
+}
+
+// fullShard reports whether shard has 3 members in the leader's view, each
+// running on its store, all agreeing on one leader, with no operator.
+func fullShard(m *metaNode, shard uint64, stores ...*storeNode) (*projections.Shard, bool) {
+	v := m.View()
+	sh := v.Shards[shard]
+	if sh == nil || len(sh.Members) != 3 || sh.Operator != "" || len(sh.Pending) != 0 {
+		return nil, false
+	}
+	var leader uint64
+	for r, st := range sh.Members {
+		var node *storeNode
+		for _, s := range stores {
+			if s.id == st {
+				node = s
+			}
+		}
+		if node == nil || !node.running(shard, r) {
+			return nil, false
+		}
+		si, _ := node.info(shard)
+		if si.Leader == 0 || (leader != 0 && si.Leader != leader) || len(si.Replicas) != 3 {
+			return nil, false
+		}
+		leader = si.Leader
+	}
+	return sh, true
+}
+
+func replicaOn(sh *projections.Shard, store string) uint64 {
+	for r, st := range sh.Members {
+		if st == store {
+			return r
+		}
+	}
+	return 0
+}
