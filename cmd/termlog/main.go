@@ -41,7 +41,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or console")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g))
+	root.AddCommand(newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g))
 	return root
 }
 

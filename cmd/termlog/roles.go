@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta/client"
 )
 
@@ -80,6 +82,8 @@ func newMetaCmd(g *globals) *cobra.Command {
 	f.StringVar(&id, "id", "meta-1", "replica name (unique in the cluster)")
 	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
 	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
+	f.IntVar(&o.shards, "shards", 0, "Raft shards the scheduler keeps (3 replicas each) once 3 stores are up")
+	f.DurationVar(&o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "stepdown",
 		Short: "Ask the current meta leader to give up its lease (another replica takes over)",
@@ -148,4 +152,103 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 	run.Flags().StringVar(&endpoint, "endpoint", "127.0.0.1:5688", "host:port of this worker's control-stream listener")
 	run.Flags().StringVar(&kind, "kind", "compute", "worker kind")
 	run.Flags().IntVar(&parallelism, "parallelism", 4, "parallelism")
+}
+
+func newLogstoreCmd(g *globals) *cobra.Command {
+	o := upOpts{}
+	var id, addr, data string
+	cmd := &cobra.Command{
+		Use:   "logstore",
+		Short: "Run one log store (a dragonboat NodeHost whose replicas follow the projected membership)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lg, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if err := logstore.SetDragonboatLogLevel(o.raftLog); err != nil {
+				return err
+			}
+			if err := logstore.ValidateRaftAddr(addr); err != nil {
+				return err
+			}
+			nc, err := g.connect(id)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			octx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			log, err := natslog.Open(octx, nc, natslog.Config{Cluster: g.cluster})
+			if err != nil {
+				return err
+			}
+			st, err := logstore.OpenStore(logstore.StoreConfig{
+				Host:    logstore.Config{StoreID: id, DataDir: data, RaftAddr: addr, LogDB: o.logDB},
+				Cluster: g.cluster, NC: nc, Log: log, Logger: lg,
+			})
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			return st.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&id, "id", "store-1", "store id (persisted in the data dir; [A-Za-z0-9_-])")
+	f.StringVar(&addr, "raft-addr", "127.0.0.1:63001", "Raft address host:port (the replicas' identity: keep it across restarts)")
+	f.StringVar(&data, "data", "termlog-store", "data directory")
+	f.StringVar(&o.logDB, "logdb", "tiny", "LogDB profile: tiny or default")
+	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level")
+	return cmd
+}
+
+func newStoreCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "store", Short: "Log store administration"}
+	drain := func(id string, d time.Duration, out func(string)) error {
+		nc, err := g.connect("termlog-store-admin")
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		b, _ := json.Marshal(client.DrainRequest{Store: id, ForMS: d.Milliseconds()})
+		msg, err := nc.Request(client.RPCSubject(g.cluster, client.RPCStoreDrain), b, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("no leader answered: %w", err)
+		}
+		var rep client.Reply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			return err
+		}
+		if rep.Error != nil {
+			return rep.Error
+		}
+		if d == 0 {
+			out(fmt.Sprintf("store %s is up (term %d)", id, rep.Term))
+		} else {
+			out(fmt.Sprintf("store %s drains for %s: it is not marked down meanwhile (term %d)", id, d, rep.Term))
+		}
+		return nil
+	}
+	var d time.Duration
+	dc := &cobra.Command{
+		Use:   "drain ID",
+		Short: "Mark a store draining for a planned restart (its replicas are not replaced meanwhile)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if d <= 0 {
+				return errors.New("--for must be > 0")
+			}
+			return drain(args[0], d, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
+		},
+	}
+	dc.Flags().DurationVar(&d, "for", 15*time.Minute, "how long")
+	cmd.AddCommand(dc, &cobra.Command{
+		Use:   "undrain ID",
+		Short: "End a store's draining period",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return drain(args[0], 0, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
+		},
+	})
+	return cmd
 }

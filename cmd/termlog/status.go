@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,11 +68,47 @@ func printStatus(w io.Writer, s Status) {
 	for _, wk := range s.Workers {
 		fmt.Fprintf(w, "  %-4d %-22s %-9s epoch %-6d %s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
 	}
-	if len(s.Stores) > 0 || len(s.Shards) > 0 {
-		fmt.Fprintf(w, "stores %d  shards %d\n", len(s.Stores), len(s.Shards))
+	if len(s.Stores) > 0 {
+		fmt.Fprintf(w, "stores (%d):\n", len(s.Stores))
+		for _, st := range s.Stores {
+			line := fmt.Sprintf("  %-10s %-9s raft %s", st.ID, st.State, st.RaftAddr)
+			if !st.Until.IsZero() {
+				line += " until " + st.Until.Format(time.RFC3339)
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	if len(s.Shards) > 0 {
+		fmt.Fprintf(w, "shards (%d):\n", len(s.Shards))
+		for _, sh := range s.Shards {
+			members := ""
+			down := 0
+			for _, r := range sortedIDs(sh.Members) {
+				members += fmt.Sprintf(" %d@%s", r, sh.Members[r])
+				for _, st := range s.Stores {
+					if st.ID == sh.Members[r] && st.State == "down" {
+						down++
+					}
+				}
+			}
+			line := fmt.Sprintf("  %-4d members %d (%d on down stores) leader %d ccid %d:%s", sh.ID, len(sh.Members), down, sh.Leader, sh.CCID, members)
+			if sh.Operator != "" {
+				line += "  operator " + sh.Operator
+			}
+			fmt.Fprintln(w, line)
+		}
 	}
 	c := s.Counters
 	fmt.Fprintf(w, "events applied %d  noops %d  rejected %d (stale term %d)  corrupt %d\n", c.Applied, c.NoOps, c.Rejected, c.StaleTerm, c.Corrupt)
+}
+
+func sortedIDs(m map[uint64]string) []uint64 {
+	ids := make([]uint64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
 }
 
 func newStatus(g *globals) *cobra.Command {

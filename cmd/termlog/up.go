@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 )
@@ -29,6 +31,11 @@ type upOpts struct {
 	port     int
 	metas    int
 	workers  int
+	stores   int
+	shards   int
+	logDB    string
+	raftLog  string
+	storeTO  time.Duration
 	lease    time.Duration
 	timeout  time.Duration
 	interval time.Duration
@@ -50,9 +57,14 @@ The data directory survives: running up again resumes the same stream.`,
 	f.IntVar(&o.port, "nats-port", 4222, "client port of the embedded NATS server on 127.0.0.1 (0 picks a free one)")
 	f.IntVar(&o.metas, "metas", 3, "meta replicas")
 	f.IntVar(&o.workers, "workers", 3, "workers")
+	f.IntVar(&o.stores, "stores", 3, "log stores (dragonboat NodeHosts on 127.0.0.1)")
+	f.IntVar(&o.shards, "shards", 2, "Raft shards, 3 replicas each (needs --stores >= 3)")
+	f.StringVar(&o.logDB, "logdb", "tiny", "LogDB profile of the stores: tiny (about 0.3 MiB, ~22 goroutines) or default (up to 8 GiB of write buffers)")
+	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level: debug, info, warning, error, critical")
+	f.DurationVar(&o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
 	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
 	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
-	f.DurationVar(&o.interval, "status-every", 2*time.Second, "status line interval")
+	f.DurationVar(&o.interval, "status-every", time.Second, "status line interval")
 	return cmd
 }
 
@@ -63,8 +75,14 @@ func newIncarnation() string {
 }
 
 func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
-	if o.metas < 1 || o.workers < 0 {
-		return errors.New("--metas must be >= 1 and --workers >= 0")
+	if o.metas < 1 || o.workers < 0 || o.stores < 0 || o.shards < 0 {
+		return errors.New("--metas must be >= 1; --workers, --stores and --shards >= 0")
+	}
+	if o.shards > 0 && o.stores < 3 {
+		return errors.New("--shards needs --stores >= 3 (3 replicas per shard)")
+	}
+	if err := logstore.SetDragonboatLogLevel(o.raftLog); err != nil {
+		return err
 	}
 	lg, err := g.logger()
 	if err != nil {
@@ -88,12 +106,20 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	defer srv.Shutdown()
 	fmt.Fprintf(out, "termlog up: NATS JetStream at %s, data in %s\n", srv.ClientURL(), data)
 
-	var wg sync.WaitGroup
-	runCtx, cancel := context.WithCancel(ctx)
-	defer func() {
+	// Shut down in order: workers (they deregister), stores, then metas.
+	var wg, wwg, swg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	workerCtx, stopWorkers := context.WithCancel(runCtx)
+	storeCtx, stopStores := context.WithCancel(runCtx)
+	shutdown := func() {
+		stopWorkers()
+		wwg.Wait()
+		stopStores()
+		swg.Wait()
 		cancel()
 		wg.Wait()
-	}()
+	}
+	defer shutdown()
 	var metas []*meta.Replica
 	for i := 1; i <= o.metas; i++ {
 		id := fmt.Sprintf("meta-%d", i)
@@ -116,9 +142,25 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 			return err
 		}
 		defer nc.Close()
-		if err := startWorker(runCtx, &wg, nc, g.cluster, lg); err != nil {
+		if err := startWorker(workerCtx, &wwg, nc, g.cluster, lg); err != nil {
 			return err
 		}
+	}
+
+	for i := 1; i <= o.stores; i++ {
+		id := fmt.Sprintf("store-%d", i)
+		nc, err := srv.Connect(nats.Name(id))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		st, err := startStore(ctx, nc, g.cluster, id, filepath.Join(data, id), o, lg)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		swg.Add(1)
+		go func() { defer swg.Done(); _ = st.Run(storeCtx) }()
 	}
 
 	start := time.Now()
@@ -134,27 +176,64 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 					running++
 				}
 			}
-			if running >= o.workers && len(rec) > 0 && rec[len(rec)-1].Recovery.State == meta.RecoveryComplete {
+			shardsOK := 0
+			for _, h := range leader.Health() {
+				if h.Healthy {
+					shardsOK++
+				}
+			}
+			if running >= o.workers && shardsOK >= o.shards && len(rec) > 0 && rec[len(rec)-1].Recovery.State == meta.RecoveryComplete {
 				healthy = true
-				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete\n",
-					time.Since(start).Round(time.Millisecond), leader.ID(), term, running)
+				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete, %d shards 3/3\n",
+					time.Since(start).Round(time.Millisecond), leader.ID(), term, running, shardsOK)
 				fmt.Fprintf(out, "look at it:  go run ./cmd/termlog status --nats %s\n", srv.ClientURL())
 				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
 			}
 		}
-		if healthy || time.Since(start) > 10*time.Second {
+		if healthy {
 			fmt.Fprintln(out, statusLine(metas, leader, term))
+		} else {
+			fmt.Fprintln(out, waitingLine(leader, o, start))
 		}
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(out, "termlog up: shutting down")
-			cancel()
-			wg.Wait()
+			shutdown()
 			fmt.Fprintln(out, "termlog up: stopped; data kept in", data)
 			return nil
 		case <-time.After(o.interval):
 		}
 	}
+}
+
+// waitingLine says what up is still waiting for.
+func waitingLine(leader *meta.Replica, o upOpts, start time.Time) string {
+	prefix := fmt.Sprintf("%s  waiting (%s):", time.Now().Format("15:04:05"), time.Since(start).Round(time.Second))
+	if leader == nil {
+		return prefix + " a meta leader (lease " + o.lease.String() + ")"
+	}
+	v := leader.View()
+	running := 0
+	for _, w := range v.ListWorkers() {
+		if w.State == "running" {
+			running++
+		}
+	}
+	line := fmt.Sprintf("%s workers running %d/%d", prefix, running, o.workers)
+	if rec := leader.Terms(); len(rec) > 0 {
+		r := rec[len(rec)-1].Recovery
+		line += " recovery " + r.State
+		if len(r.Waiting) > 0 {
+			line += fmt.Sprintf(" (waiting on workers %v: a dead one expires after %s)", r.Waiting, o.timeout)
+		}
+	}
+	ok := 0
+	for _, h := range leader.Health() {
+		if h.Healthy {
+			ok++
+		}
+	}
+	return line + fmt.Sprintf(" shards 3/3: %d/%d", ok, o.shards)
 }
 
 func leading(metas []*meta.Replica) (*meta.Replica, uint64) {
@@ -180,8 +259,15 @@ func statusLine(metas []*meta.Replica, leader *meta.Replica, term uint64) string
 	for _, m := range metas {
 		seqs += fmt.Sprintf(" %s@%d", m.ID(), m.View().Seq)
 	}
-	return fmt.Sprintf("%s  leader %s term %d  seq %d  workers %d  recovery %s  rejected %d  views%s",
-		time.Now().Format("15:04:05"), leader.ID(), term, v.Seq, len(v.Workers), state, v.Counters.Rejected, seqs)
+	shards := ""
+	for _, h := range leader.Health() {
+		shards += fmt.Sprintf(" %d:%d/%d", h.Shard, h.Live, h.Expected)
+		if h.Operator != "" {
+			shards += "(" + h.Operator + ")"
+		}
+	}
+	return fmt.Sprintf("%s  leader %s term %d  seq %d  workers %d  recovery %s  shards%s  rejected %d  views%s",
+		time.Now().Format("15:04:05"), leader.ID(), term, v.Seq, len(v.Workers), state, shards, v.Counters.Rejected, seqs)
 }
 
 func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts, fps *failpoint.Set, lg zerolog.Logger) (*meta.Replica, error) {
@@ -202,7 +288,45 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	return meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps,
+		Scheduler: meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
 	})
+}
+
+func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster})
+	if err != nil {
+		return nil, err
+	}
+	addr, err := raftAddr(dir)
+	if err != nil {
+		return nil, err
+	}
+	return logstore.OpenStore(logstore.StoreConfig{
+		Host:    logstore.Config{StoreID: id, DataDir: dir, RaftAddr: addr, LogDB: o.logDB},
+		Cluster: cluster, NC: nc, Log: log, Logger: lg,
+	})
+}
+
+// raftAddr keeps a store's Raft address across restarts of up: it is the
+// replica's identity. The first start picks a free loopback port and
+// records it in the data dir.
+func raftAddr(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "raft-addr")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr, os.WriteFile(path, []byte(addr+"\n"), 0o644)
 }
 
 func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster string, lg zerolog.Logger) error {
@@ -219,7 +343,7 @@ func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster
 	}
 	w, err = client.NewWorker(nc, client.WorkerConfig{
 		Cluster: cluster, Incarnation: newIncarnation(), Endpoint: endpoint, Kind: "compute", Parallelism: 4,
-		Logger: lg.With().Str("endpoint", endpoint).Logger(),
+		Logger: lg.With().Str("endpoint", endpoint).Logger(), DeregisterOnStop: true,
 	})
 	if err != nil {
 		return err

@@ -27,6 +27,9 @@ type WorkerConfig struct {
 	RequestTimeout time.Duration
 	Logger         zerolog.Logger
 	Clock          clock.Clock
+	// DeregisterOnStop makes Run deregister (best effort, 2 s) when its
+	// context ends, so a planned stop does not wait for the expiry.
+	DeregisterOnStop bool
 }
 
 // Worker registers with the meta leader, activates and heartbeats, and
@@ -160,6 +163,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		for {
 			select {
 			case <-ctx.Done():
+				w.stop(ctx)
 				return nil
 			case <-w.cfg.Clock.After(w.cfg.Heartbeat):
 			}
@@ -173,6 +177,19 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+func (w *Worker) stop(ctx context.Context) {
+	if !w.cfg.DeregisterOnStop || w.Ref().ID == 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := w.Deregister(dctx); err != nil {
+		w.cfg.Logger.Warn().Err(err).Uint64("worker_id", w.Ref().ID).Msg("deregister on stop")
+		return
+	}
+	w.cfg.Logger.Info().Uint64("worker_id", w.Ref().ID).Msg("deregistered")
 }
 
 func ctxOr(ctx context.Context, err error) error {

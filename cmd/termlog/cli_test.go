@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinary builds cmd/termlog once per test run, as a user would.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "termlog")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type upProc struct {
+	cmd    *exec.Cmd
+	out    syncBuffer
+	errOut syncBuffer
+	done   chan error
+}
+
+// syncBuffer is a bytes.Buffer the test may read while the process writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func startUp(t *testing.T, bin, data string, port int) *upProc {
+	t.Helper()
+	p := &upProc{done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "up", "--data", data, "--nats-port", fmt.Sprint(port), "--log-level", "warn", "--status-every", "500ms")
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *upProc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("up exited with %v\nstdout:\n%s\nstderr:\n%s", err, p.out.String(), p.errOut.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("up did not exit within 60s of SIGTERM")
+	}
+}
+
+// waitFor polls up's output for a line.
+func (p *upProc) waitFor(t *testing.T, what string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(p.out.String(), what) {
+		if time.Now().After(deadline) {
+			t.Fatalf("up never printed %q:\n%s\nstderr:\n%s", what, p.out.String(), p.errOut.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+}
+
+func run(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	return string(out), err
+}
+
+// healthy polls status --json until a leader, 3 running workers and
+// 2 shards with 3 members each are projected, and returns that status.
+func healthy(t *testing.T, bin, url string) Status {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		out, err := run(t, bin, "status", "--json", "--nats", url)
+		last = out
+		if err == nil {
+			var s Status
+			if json.Unmarshal([]byte(out), &s) == nil && s.LeaseHolder != "" && s.Leader == s.LeaseHolder && running(s) == 3 && fullShards(s) == 2 {
+				return s
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+	t.Fatalf("not healthy within 90s; last status:\n%s", last)
+	return Status{}
+}
+
+func running(s Status) int {
+	n := 0
+	for _, w := range s.Workers {
+		if w.State == "running" {
+			n++
+		}
+	}
+	return n
+}
+
+func fullShards(s Status) int {
+	n := 0
+	for _, sh := range s.Shards {
+		if len(sh.Members) == 3 && sh.Operator == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCLIUpStatusReplayRestart runs the binary as a user would: up on a temp
+// dir, status until healthy, export and check the log, SIGTERM, up again.
+func TestCLIUpStatusReplayRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := t.TempDir()
+	port := freeTCPPort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+
+	p := startUp(t, bin, data, port)
+	first := healthy(t, bin, url)
+	p.waitFor(t, "healthy after")
+
+	out, err := run(t, bin, "worker", "list", "--nats", url)
+	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 2 {
+		t.Fatalf("worker list: %v\n%s", err, out)
+	}
+	export := filepath.Join(t.TempDir(), "events.jsonl")
+	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url); err != nil {
+		t.Fatalf("replay export: %v\n%s", err, out)
+	}
+	if out, err := run(t, bin, "replay", "--check", "--file", export); err != nil || !strings.HasPrefix(out, "ok:") {
+		t.Fatalf("replay --check: %v\n%s", err, out)
+	}
+	p.stop(t)
+	if !strings.Contains(p.out.String(), "healthy after") || !strings.Contains(p.out.String(), "stopped; data kept in") {
+		t.Fatalf("up output:\n%s", p.out.String())
+	}
+
+	// Up again on the same data: the same stream, a later term.
+	p2 := startUp(t, bin, data, port)
+	second := healthy(t, bin, url)
+	p2.waitFor(t, "healthy after")
+	if second.Term <= first.Term || second.Seq <= first.Seq {
+		t.Fatalf("restart did not resume: term %d -> %d, seq %d -> %d", first.Term, second.Term, first.Seq, second.Seq)
+	}
+	out, err = run(t, bin, "replay", "--type", "term.started", "--nats", url)
+	if err != nil || strings.Count(out, "term.started") < 2 {
+		t.Fatalf("term history after restart: %v\n%s", err, out)
+	}
+	p2.stop(t)
+	if _, err := os.Stat(filepath.Join(data, "nats")); err != nil {
+		t.Fatalf("data dir: %v", err)
+	}
+}
