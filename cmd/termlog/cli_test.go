@@ -176,12 +176,33 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 2 {
 		t.Fatalf("worker list: %v\n%s", err, out)
 	}
+	// Kill the leader from another terminal: another replica takes over.
+	if out, err := run(t, bin, "meta", "stepdown", "--nats", url); err != nil || !strings.Contains(out, "stepping down") {
+		t.Fatalf("meta stepdown: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := run(t, bin, "status", "--json", "--nats", url)
+		var s Status
+		if err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader {
+			first = s
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no handoff after stepdown within 30s:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+
 	export := filepath.Join(t.TempDir(), "events.jsonl")
 	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url); err != nil {
 		t.Fatalf("replay export: %v\n%s", err, out)
 	}
 	if out, err := run(t, bin, "replay", "--check", "--file", export); err != nil || !strings.HasPrefix(out, "ok:") {
 		t.Fatalf("replay --check: %v\n%s", err, out)
+	}
+	if out, err := run(t, bin, "replay", "--history", fmt.Sprintf("worker:%d", first.Workers[0].ID), "--file", export); err != nil || !strings.Contains(out, "worker.registered") {
+		t.Fatalf("replay --history: %v\n%s", err, out)
 	}
 	p.stop(t)
 	if !strings.Contains(p.out.String(), "healthy after") || !strings.Contains(p.out.String(), "stopped; data kept in") {
