@@ -176,7 +176,10 @@ func (r *Replica) Run(ctx context.Context) error {
 }
 
 func (r *Replica) campaign(ctx context.Context) {
-	retry := r.cfg.LeaseTTL / 3
+	// Followers try every lease/6: a lapsed lease is taken within that
+	// much of its expiry (the server drops the key about TTL after the
+	// last renewal, with no notification to watch for).
+	retry := r.cfg.LeaseTTL / 6
 	for ctx.Err() == nil {
 		term, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
 		switch {
