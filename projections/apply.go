@@ -332,6 +332,26 @@ func (s *State) registeredStore(id string) bool {
 	return ok && st.State != events.StoreTombstone
 }
 
+// checkReplicaSet validates a {replica: store} set: non-zero ids, registered
+// stores, one replica per store.
+func (s *State) checkReplicaSet(replicas map[uint64]string) (Result, bool) {
+	seen := map[string]bool{}
+	for _, r := range sortedKeys(replicas) {
+		st := replicas[r]
+		if r == 0 {
+			return invalid("replica id 0"), true
+		}
+		if !s.registeredStore(st) {
+			return invalid("replica %d on unregistered store %q", r, st), true
+		}
+		if seen[st] {
+			return invalid("two replicas on store %s", st), true
+		}
+		seen[st] = true
+	}
+	return Result{}, false
+}
+
 func (s *State) shardCreated(d events.ShardCreated) Result {
 	if _, ok := s.Shards[d.Shard]; ok {
 		return invalid("shard %d exists", d.Shard)
@@ -339,19 +359,8 @@ func (s *State) shardCreated(d events.ShardCreated) Result {
 	if d.Shard == 0 || len(d.Replicas) == 0 {
 		return invalid("shard %d needs an id and replicas", d.Shard)
 	}
-	seen := map[string]bool{}
-	for _, r := range sortedKeys(d.Replicas) {
-		st := d.Replicas[r]
-		if r == 0 {
-			return invalid("replica id 0")
-		}
-		if !s.registeredStore(st) {
-			return invalid("replica %d on unregistered store %q", r, st)
-		}
-		if seen[st] {
-			return invalid("two replicas on store %s", st)
-		}
-		seen[st] = true
+	if r, bad := s.checkReplicaSet(d.Replicas); bad {
+		return r
 	}
 	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas), Initial: cloneMap(d.Replicas)}
 	return applied("shard %d with %d replicas", d.Shard, len(d.Replicas))
@@ -491,19 +500,8 @@ func (s *State) shardObserved(d events.ShardObserved) Result {
 	if len(d.Replicas) == 0 {
 		return invalid("shard %d observed with no replicas", d.Shard)
 	}
-	perStore := map[string]bool{}
-	for _, r := range sortedKeys(d.Replicas) {
-		st := d.Replicas[r]
-		if r == 0 {
-			return invalid("replica id 0")
-		}
-		if !s.registeredStore(st) {
-			return invalid("replica %d on unregistered store %q", r, st)
-		}
-		if perStore[st] {
-			return invalid("two replicas on store %s", st)
-		}
-		perStore[st] = true
+	if r, bad := s.checkReplicaSet(d.Replicas); bad {
+		return r
 	}
 	for r, st := range sh.Members {
 		if _, still := d.Replicas[r]; !still {
