@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,10 @@ import (
 // ErrNotLeader is returned by leader actions after leadership was lost.
 var ErrNotLeader = errors.New("not the leader")
 
+// ErrDisconnected is returned by a leader's append while the replica's NATS
+// connection is down.
+var ErrDisconnected = errors.New("NATS connection down")
+
 // leaderSession is one term of leadership. Everything in it lives and dies
 // with ctx; Replica.lead joins every goroutine before it returns.
 type leaderSession struct {
@@ -32,8 +37,9 @@ type leaderSession struct {
 	sem         chan struct{} // serialises decisions+appends
 	lastWritten uint64
 
-	dmu       sync.Mutex
-	deadlines map[uint64]deadline // heartbeat deadlines by worker id (memory only)
+	dmu        sync.Mutex
+	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
+	reconnects uint64              // NC's reconnect count when the deadlines were last valid
 
 	rmu sync.Mutex
 	rec Recovery
@@ -42,13 +48,17 @@ type leaderSession struct {
 }
 
 func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
-	return &leaderSession{
+	l := &leaderSession{
 		r: r, term: term, ctx: ctx, lose: lose,
 		logger:    r.log.With().Uint64("term", term).Logger(),
 		sem:       make(chan struct{}, 1),
 		deadlines: map[uint64]deadline{},
 		sched:     newSchedState(),
 	}
+	if r.cfg.NC != nil {
+		l.reconnects = r.cfg.NC.Stats().Reconnects
+	}
+	return l
 }
 
 type deadline struct {
@@ -176,6 +186,9 @@ func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *pr
 func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
+		if err := l.connected(); err != nil {
+			return 0, fmt.Errorf("append at seq %d not sent: %w", expected+1, err)
+		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
 		var last uint64
 		last, err = l.r.cfg.Log.Append(actx, expected, evs...)
@@ -209,45 +222,110 @@ func (l *leaderSession) onFenced(ctx context.Context, err error) {
 	}
 }
 
-// serveRPC answers worker RPCs while the term lasts. Requests are handled one
-// at a time in this goroutine, so none outlives the term.
+// connected fails with ErrDisconnected while the RPC connection (which the
+// log shares) is not connected. nats.go does not refuse a publish made while
+// it reconnects: it buffers it and sends it once the server is back,
+// possibly long after the decision, on a view the outage made stale (a
+// worker expired because its heartbeats could not arrive). So the leader
+// never hands the client an append then.
+func (l *leaderSession) connected() error {
+	nc := l.r.cfg.NC
+	if nc == nil || nc.IsConnected() {
+		return nil
+	}
+	return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
+}
+
+// hearingLocked reports whether heartbeats can reach this leader, so that
+// its deadlines mean something. While the connection is down they cannot:
+// nothing may be expired. Once it is back (its reconnect count moved), every
+// deadline is first pushed to at least now + WorkerTimeout, as a new leader
+// would grant: a worker is expired only after a full timeout in which its
+// heartbeats could have arrived. A longer outage also ends the term (the
+// lease cannot be renewed), and the next term starts from fresh timeouts.
+// Called with dmu held.
+func (l *leaderSession) hearingLocked(now time.Time) bool {
+	nc := l.r.cfg.NC
+	if nc == nil {
+		return true
+	}
+	if !nc.IsConnected() {
+		return false
+	}
+	if n := nc.Stats().Reconnects; n != l.reconnects {
+		l.reconnects = n
+		fresh := now.Add(l.r.cfg.WorkerTimeout)
+		for id, d := range l.deadlines {
+			if d.at.Before(fresh) {
+				d.at = fresh
+				l.deadlines[id] = d
+			}
+		}
+		l.logger.Info().Int("workers", len(l.deadlines)).Dur("timeout", l.r.cfg.WorkerTimeout).
+			Msg("NATS connection is back: every worker gets a fresh full timeout")
+	}
+	return true
+}
+
+// serveRPC answers RPCs while the term lasts: every subject under
+// <cluster>.rpc., so an unknown RPC gets a bad_request reply rather than no
+// responders. Requests that may append are handled one at a time in this
+// goroutine; heartbeats, which only touch memory, have their own goroutine
+// so they never wait behind an append (the expiry must not decide on
+// deadlines whose renewals are queued). No handler outlives the term.
 func (l *leaderSession) serveRPC(ctx context.Context) {
 	nc := l.r.cfg.NC
 	if nc == nil {
 		return
 	}
-	ch := make(chan *nats.Msg, 1024)
-	var subs []*nats.Subscription
-	defer func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
+	prefix := client.RPCSubject(l.r.cfg.Cluster, "")
+	reqs := make(chan *nats.Msg, 1024)
+	beats := make(chan *nats.Msg, 1024)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
+		dst := reqs
+		if m.Subject == prefix+client.RPCHeartbeat {
+			dst = beats
 		}
-	}()
-	for _, rpc := range []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister, client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStoreDrain, client.RPCStepDown} {
-		s, err := nc.ChanSubscribe(client.RPCSubject(l.r.cfg.Cluster, rpc), ch)
-		if err != nil {
-			l.lose(fmt.Sprintf("subscribe %s: %v", rpc, err))
-			return
+		select {
+		case dst <- m:
+		default:
+			l.respond(m, unavailable(errors.New("leader busy: request queue full")))
 		}
-		subs = append(subs, s)
+	})
+	if err != nil {
+		l.lose(fmt.Sprintf("subscribe %s>: %v", prefix, err))
+		return
 	}
-	prefix := len(l.r.cfg.Cluster) + len(".rpc.")
+	defer func() { _ = sub.Unsubscribe() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.serveQueue(ctx, prefix, beats)
+	}()
+	l.serveQueue(ctx, prefix, reqs)
+}
+
+// serveQueue handles the requests of one queue in order until ctx is done.
+func (l *leaderSession) serveQueue(ctx context.Context, prefix string, q <-chan *nats.Msg) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case m := <-ch:
-			if len(m.Subject) <= prefix {
-				continue
-			}
-			rep := l.handle(ctx, m.Subject[prefix:], m.Data)
-			rep.Term, rep.Leader = l.term, l.r.cfg.ID
-			b, _ := json.Marshal(rep)
-			if m.Reply != "" {
-				_ = m.Respond(b)
-			}
+		case m := <-q:
+			l.respond(m, l.handle(ctx, strings.TrimPrefix(m.Subject, prefix), m.Data))
 		}
 	}
+}
+
+func (l *leaderSession) respond(m *nats.Msg, rep client.Reply) {
+	if m.Reply == "" {
+		return
+	}
+	rep.Term, rep.Leader = l.term, l.r.cfg.ID
+	b, _ := json.Marshal(rep)
+	_ = m.Respond(b)
 }
 
 func badRequest(err error) client.Reply {
@@ -264,6 +342,29 @@ func unavailable(err error) client.Reply {
 
 func reregister(ref client.WorkerRef) client.Reply {
 	return client.Reply{Error: &client.RPCError{Code: client.CodeReregister, Message: fmt.Sprintf("no active worker %d epoch %d; register again", ref.ID, ref.Epoch)}}
+}
+
+func forbidden(ref client.WorkerRef) client.Reply {
+	return client.Reply{Error: &client.RPCError{Code: client.CodeForbidden, Message: fmt.Sprintf("worker %d epoch %d was registered by another incarnation", ref.ID, ref.Epoch)}}
+}
+
+// owned checks a request's registration against a view: nil when an active
+// worker has the id and epoch and was registered by the incarnation, else
+// the reply refusing it (reregister when there is no such worker, forbidden
+// when another incarnation registered it).
+func (l *leaderSession) owned(v *projections.State, rpc string, ref client.WorkerRef) *client.Reply {
+	w, ok := v.Worker(ref.ID)
+	if !ok || w.Epoch != ref.Epoch {
+		rep := reregister(ref)
+		return &rep
+	}
+	if w.Incarnation != ref.Incarnation {
+		l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
+			Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
+		rep := forbidden(ref)
+		return &rep
+	}
+	return nil
 }
 
 // handle answers one RPC. It never panics on input: every request is decoded
@@ -296,6 +397,9 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 		}
 		return l.storeDrain(ctx, req)
 	case client.RPCStepDown:
+		if err := client.DecodeStepDown(data); err != nil {
+			return badRequest(err)
+		}
 		l.logger.Warn().Msg("step-down requested")
 		l.lose(reasonStepDown)
 		return client.Reply{}
@@ -343,14 +447,12 @@ func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest
 }
 
 func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
-	known := true
+	var refused *client.Reply
 	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		w, ok := v.Worker(ref.ID)
-		if !ok || w.Epoch != ref.Epoch {
-			known = false
+		if refused = l.owned(v, client.RPCActivate, ref); refused != nil {
 			return nil, nil
 		}
-		if w.State == projections.WorkerRunning {
+		if w, _ := v.Worker(ref.ID); w.State == projections.WorkerRunning {
 			return nil, nil
 		}
 		return []events.Payload{events.WorkerActivated{ID: ref.ID, Epoch: ref.Epoch}}, nil
@@ -358,20 +460,20 @@ func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) clie
 	if err != nil {
 		return unavailable(err)
 	}
-	if !known {
-		return reregister(ref)
+	if refused != nil {
+		return *refused
 	}
 	l.touch(ref.ID, ref.Epoch)
 	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
 }
 
 func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
-	w, ok := l.r.proj.View().Worker(ref.ID)
-	if !ok || w.Epoch != ref.Epoch {
-		return reregister(ref)
+	if refused := l.owned(l.r.proj.View(), client.RPCHeartbeat, ref); refused != nil {
+		return *refused
 	}
 	now := l.r.cfg.Clock.Now()
 	l.dmu.Lock()
+	l.hearingLocked(now) // a deadline that passed during an outage is fresh again
 	d, has := l.deadlines[ref.ID]
 	expired := has && d.epoch == ref.Epoch && now.After(d.at)
 	if !expired {
@@ -384,15 +486,25 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
 }
 
+// deregister is idempotent: a registration already gone is a success, but
+// one registered by another incarnation is refused.
 func (l *leaderSession) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
+	var refused *client.Reply
 	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		if w, ok := v.Worker(ref.ID); !ok || w.Epoch != ref.Epoch {
+		refused = l.owned(v, client.RPCDeregister, ref)
+		if refused != nil {
+			if refused.Error.Code == client.CodeReregister {
+				refused = nil // gone already
+			}
 			return nil, nil
 		}
 		return []events.Payload{events.WorkerDeregistered{ID: ref.ID, Epoch: ref.Epoch}}, nil
 	})
 	if err != nil {
 		return unavailable(err)
+	}
+	if refused != nil {
+		return *refused
 	}
 	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
 }
@@ -437,11 +549,15 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 
 // collectExpired returns worker.expired for every worker in v whose deadline
 // passed. A worker without a deadline (a new leader's first look) gets a
-// fresh full timeout.
+// fresh full timeout. Nothing expires while heartbeats cannot arrive (see
+// hearingLocked).
 func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
 	now := l.r.cfg.Clock.Now()
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
+	if !l.hearingLocked(now) {
+		return nil
+	}
 	var out []events.Payload
 	for _, w := range v.ListWorkers() {
 		d, ok := l.deadlines[w.ID]

@@ -4,14 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
@@ -120,16 +125,16 @@ func TestRegisterIdempotentAndSupersedes(t *testing.T) {
 		t.Fatalf("workers after supersession: %+v", ws)
 	}
 	// The superseded id must re-register.
-	if rep := l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: a.ID, Epoch: a.Epoch}); rep.Error == nil || rep.Error.Code != client.CodeReregister {
+	if rep := l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: a.ID, Epoch: a.Epoch, Incarnation: "a"}); rep.Error == nil || rep.Error.Code != client.CodeReregister {
 		t.Fatalf("heartbeat of superseded id: %+v", rep)
 	}
-	if rep := l.call(t, client.RPCActivate, client.WorkerRef{ID: b.ID, Epoch: b.Epoch}); rep.Error != nil {
+	if rep := l.call(t, client.RPCActivate, client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"}); rep.Error != nil {
 		t.Fatalf("activate: %+v", rep)
 	}
 	if w, _ := l.r.proj.View().Worker(b.ID); w.State != projections.WorkerRunning {
 		t.Fatalf("worker not running: %+v", w)
 	}
-	if rep := l.call(t, client.RPCDeregister, client.WorkerRef{ID: b.ID, Epoch: b.Epoch}); rep.Error != nil || len(l.r.proj.View().Workers) != 0 {
+	if rep := l.call(t, client.RPCDeregister, client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"}); rep.Error != nil || len(l.r.proj.View().Workers) != 0 {
 		t.Fatalf("deregister: %+v, workers %v", rep, l.r.proj.View().Workers)
 	}
 }
@@ -146,7 +151,15 @@ func TestGarbageRequestsGetClearErrors(t *testing.T) {
 		{client.RPCRegister, `{"incarnation":"a","endpoint":"127.0.0.1:1","extra":1}`},
 		{client.RPCHeartbeat, `{"id":"x"}`},
 		{client.RPCHeartbeat, `{}`},
+		{client.RPCHeartbeat, `{"id":1,"epoch":2}`}, // no incarnation
+		{client.RPCActivate, `{"id":1,"epoch":2,"incarnation":""}`},
+		{client.RPCDeregister, `{"id":1,"epoch":2,"incarnation":"a","extra":true}`},
+		{client.RPCStepDown, ``},
+		{client.RPCStepDown, `garbage`},
+		{client.RPCStepDown, `{"please":true}`},
+		{client.RPCStepDown, `[]`},
 		{"nope", `{}`},
+		{"store.nope", `{}`},
 	} {
 		rep := l.handle(ctxT(t), tc.rpc, []byte(tc.body))
 		if rep.Error == nil || rep.Error.Code != client.CodeBadRequest || rep.Error.Message == "" {
@@ -169,7 +182,7 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	a := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
 	b := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "b", Endpoint: "127.0.0.1:7002"})
 	clk.Advance(6 * time.Second)
-	l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: b.ID, Epoch: b.Epoch})
+	l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"})
 	clk.Advance(5 * time.Second) // a: 11 s without heartbeat; b: 5 s
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -177,7 +190,7 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	if got := workerList(l.r.proj.View()); got != "[2]" {
 		t.Fatalf("after expiry: %s, want [2]", got)
 	}
-	if rep := l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: a.ID, Epoch: a.Epoch}); rep.Error == nil || !errors.Is(rep.Error, client.ErrReregister) {
+	if rep := l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: a.ID, Epoch: a.Epoch, Incarnation: "a"}); rep.Error == nil || !errors.Is(rep.Error, client.ErrReregister) {
 		t.Fatalf("expired worker's heartbeat: %+v", rep)
 	}
 
@@ -247,4 +260,187 @@ func workerList(v *projections.State) string {
 	}
 	b, _ := json.Marshal(ids)
 	return string(b)
+}
+
+// TestImpersonationRefused: a request naming another incarnation's id and
+// epoch is refused as forbidden and touches nothing: no activation, no
+// removal, and no renewed deadline (forged heartbeats cannot keep a dead
+// worker alive).
+func TestImpersonationRefused(t *testing.T) {
+	clk := clock.NewManual(t0)
+	ctx := ctxT(t)
+	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1)
+	if err := l.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
+	if a.Error != nil {
+		t.Fatal(a.Error)
+	}
+	seq := l.r.proj.View().Seq
+	forged := client.WorkerRef{ID: a.ID, Epoch: a.Epoch, Incarnation: "mallory"}
+	for _, rpc := range []string{client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister} {
+		rep := l.call(t, rpc, forged)
+		if rep.Error == nil || rep.Error.Code != client.CodeForbidden || !errors.Is(rep.Error, client.ErrForbidden) {
+			t.Fatalf("forged %s: %+v, want %s", rpc, rep, client.CodeForbidden)
+		}
+	}
+	v := l.r.proj.View()
+	if w, ok := v.Worker(a.ID); !ok || w.Epoch != a.Epoch || w.State != projections.WorkerStarting || v.Seq != seq {
+		t.Fatalf("forged requests changed the worker: %+v (seq %d -> %d)", w, seq, v.Seq)
+	}
+	// A wrong epoch is not forbidden but unknown: nothing to protect there.
+	if rep := l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: a.ID, Epoch: a.Epoch + 1, Incarnation: "a"}); rep.Error == nil || rep.Error.Code != client.CodeReregister {
+		t.Fatalf("wrong epoch: %+v", rep)
+	}
+	// Forged heartbeats every second do not renew the real worker's deadline.
+	for range 11 {
+		clk.Advance(time.Second)
+		l.call(t, client.RPCHeartbeat, forged)
+	}
+	if err := l.expireOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := workerList(l.r.proj.View()); got != "[]" {
+		t.Fatalf("forged heartbeats kept worker %d alive: %s", a.ID, got)
+	}
+}
+
+// TestOutageStopsLeaderActions: while the leader's NATS connection is down
+// it neither appends (a JetStream publish made while the client reconnects
+// is buffered and sent after the outage, on a view the outage made stale)
+// nor expires a worker whose deadline passed meanwhile; once the connection
+// is back every worker gets a fresh full timeout before anything expires.
+func TestOutageStopsLeaderActions(t *testing.T) {
+	cfg := natslog.ServerConfig{DataDir: t.TempDir()}
+	srv, err := natslog.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown() })
+	url := srv.ClientURL()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+
+	clk := clock.NewManual(t0)
+	ctx := ctxT(t)
+	log := events.NewMemLog() // always writable: only the leader can hold back
+	l := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) { c.NC = nc })
+	if err := l.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(ctx)
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); l.serveRPC(serveCtx) }()
+	t.Cleanup(stopServing)
+
+	caller, err := nats.Connect(url, nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	request := func(rpc string, req any) client.Reply {
+		t.Helper()
+		b, _ := json.Marshal(req)
+		var msg *nats.Msg
+		var err error
+		for range 100 { // until the leader's subscription is in place
+			if msg, err = caller.Request(client.RPCSubject("termlog", rpc), b, time.Second); !errors.Is(err, nats.ErrNoResponders) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", rpc, err)
+		}
+		var rep client.Reply
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			t.Fatalf("%s: reply %q: %v", rpc, msg.Data, err)
+		}
+		return rep
+	}
+	a := request(client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
+	if a.Error != nil || a.ID != 1 || a.Term != 1 || a.Leader != "meta-1" {
+		t.Fatalf("register over NATS: %+v", a)
+	}
+	ref := client.WorkerRef{ID: a.ID, Epoch: a.Epoch, Incarnation: "a"}
+	if rep := request(client.RPCHeartbeat, ref); rep.Error != nil {
+		t.Fatalf("heartbeat over NATS: %+v", rep)
+	}
+	if rep := request("no.such.rpc", struct{}{}); rep.Error == nil || rep.Error.Code != client.CodeBadRequest {
+		t.Fatalf("unknown rpc over NATS: %+v, want a bad_request reply", rep)
+	}
+	caller.Close()
+
+	// NATS goes down; the worker's deadline passes while its heartbeats
+	// cannot arrive.
+	srv.Shutdown()
+	eventually(t, "the connection to notice", func() bool { return !nc.IsConnected() })
+	tail, _ := log.Tail(ctx)
+	clk.Advance(11 * time.Second)
+	if err := l.expireOnce(ctx); err != nil {
+		t.Fatalf("expiry while disconnected: %v", err)
+	}
+	rep := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "b", Endpoint: "127.0.0.1:7002"})
+	if rep.Error == nil || rep.Error.Code != client.CodeUnavailable || !strings.Contains(rep.Error.Message, ErrDisconnected.Error()) {
+		t.Fatalf("register while disconnected: %+v, want unavailable: %v", rep, ErrDisconnected)
+	}
+	if after, _ := log.Tail(ctx); after != tail {
+		t.Fatalf("a disconnected leader appended: tail %d -> %d", tail, after)
+	}
+
+	// NATS is back: a fresh full timeout first, then expiry works again.
+	cfg.Port = portOf(t, url)
+	if srv, err = natslog.StartServer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the connection to come back", nc.IsConnected)
+	clk.Advance(time.Second)
+	if err := l.expireOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := workerList(l.r.proj.View()); got != "[1]" {
+		t.Fatalf("worker expired right after the outage: %s, want [1]", got)
+	}
+	clk.Advance(9 * time.Second)
+	if err := l.expireOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := workerList(l.r.proj.View()); got != "[1]" {
+		t.Fatalf("worker expired before a full timeout after the outage: %s, want [1]", got)
+	}
+	clk.Advance(2 * time.Second)
+	if err := l.expireOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := workerList(l.r.proj.View()); got != "[]" {
+		t.Fatalf("silent worker not expired a full timeout after the outage: %s, want []", got)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func portOf(t *testing.T, url string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -28,6 +28,7 @@ const MaxRequestBytes = 4096
 const (
 	CodeBadRequest  = "bad_request" // the request is malformed; do not retry it as is
 	CodeReregister  = "reregister"  // unknown or expired id: register again
+	CodeForbidden   = "forbidden"   // the id and epoch belong to another incarnation
 	CodeNotLeader   = "not_leader"  // ask the leader; Leader names it when known
 	CodeUnavailable = "unavailable" // transient: retry with backoff
 )
@@ -40,11 +41,20 @@ type RPCError struct {
 
 func (e *RPCError) Error() string { return e.Code + ": " + e.Message }
 
-// ErrReregister is matched (errors.Is) by a reply telling the worker to register again.
-var ErrReregister = errors.New("worker must re-register")
+// Reply errors matched with errors.Is.
+var (
+	// ErrReregister is matched by a reply telling the worker to register again.
+	ErrReregister = errors.New("worker must re-register")
+	// ErrForbidden is matched by a reply refusing a request that names
+	// another incarnation's registration.
+	ErrForbidden = errors.New("registration belongs to another incarnation")
+)
 
-// Is lets errors.Is(err, ErrReregister) match a reregister reply.
-func (e *RPCError) Is(target error) bool { return target == ErrReregister && e.Code == CodeReregister }
+// Is lets errors.Is match ErrReregister and ErrForbidden to their codes.
+func (e *RPCError) Is(target error) bool {
+	return target == ErrReregister && e.Code == CodeReregister ||
+		target == ErrForbidden && e.Code == CodeForbidden
+}
 
 // RegisterRequest asks for a worker id.
 type RegisterRequest struct {
@@ -54,10 +64,15 @@ type RegisterRequest struct {
 	Parallelism int    `json:"parallelism"`
 }
 
-// WorkerRef names one registration: the id and its epoch.
+// WorkerRef names one registration: the id and its epoch, and the
+// incarnation that registered it. Activate, heartbeat and deregister
+// requests carry all three; the leader refuses (CodeForbidden) a request
+// whose incarnation is not the one projected for that id and epoch, so a
+// process cannot keep alive, activate or remove another's registration.
 type WorkerRef struct {
-	ID    uint64 `json:"id"`
-	Epoch uint64 `json:"epoch"`
+	ID          uint64 `json:"id"`
+	Epoch       uint64 `json:"epoch"`
+	Incarnation string `json:"incarnation"`
 }
 
 // Reply answers every RPC.
@@ -110,7 +125,7 @@ func DecodeRegister(b []byte) (RegisterRequest, error) {
 	return r, nil
 }
 
-// DecodeWorkerRef decodes and validates an id+epoch request.
+// DecodeWorkerRef decodes and validates an id+epoch+incarnation request.
 func DecodeWorkerRef(b []byte) (WorkerRef, error) {
 	var r WorkerRef
 	if err := decodeStrict(b, &r); err != nil {
@@ -119,7 +134,20 @@ func DecodeWorkerRef(b []byte) (WorkerRef, error) {
 	if r.ID == 0 || r.Epoch == 0 {
 		return WorkerRef{}, errors.New("id and epoch are required")
 	}
+	if r.Incarnation == "" || len(r.Incarnation) > MaxFieldBytes {
+		return WorkerRef{}, errors.New("incarnation must be 1..256 bytes")
+	}
 	return r, nil
+}
+
+// DecodeStepDown validates a step-down request: an empty JSON object,
+// nothing else, so that no stray message deposes the leader.
+func DecodeStepDown(b []byte) error {
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		return errors.New("malformed request: want {}")
+	}
+	var r struct{}
+	return decodeStrict(b, &r)
 }
 
 // ValidateEndpoint accepts "host:port" with a non-empty host and a port in 1..65535.

@@ -66,7 +66,9 @@ func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
 	return &Worker{nc: nc, cfg: cfg}, nil
 }
 
-// Ref is the current registration (zero before the first one).
+// Ref is the current registration (zero before the first one). It carries
+// the worker's incarnation, which activate, heartbeat and deregister send so
+// the leader can refuse another process naming this id and epoch.
 func (w *Worker) Ref() WorkerRef {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -123,7 +125,7 @@ func (w *Worker) Register(ctx context.Context) (WorkerRef, error) {
 	if err != nil {
 		return WorkerRef{}, err
 	}
-	ref := WorkerRef{ID: rep.ID, Epoch: rep.Epoch}
+	ref := WorkerRef{ID: rep.ID, Epoch: rep.Epoch, Incarnation: w.cfg.Incarnation}
 	w.mu.Lock()
 	w.ref = ref
 	w.mu.Unlock()
@@ -138,7 +140,8 @@ func (w *Worker) Activate(ctx context.Context) error {
 }
 
 // Heartbeat renews the registration; errors.Is(err, ErrReregister) means
-// meta no longer knows it.
+// meta no longer knows it, errors.Is(err, ErrForbidden) that it belongs to
+// another incarnation.
 func (w *Worker) Heartbeat(ctx context.Context) error {
 	_, err := w.call(ctx, RPCHeartbeat, w.Ref())
 	return err

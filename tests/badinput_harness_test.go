@@ -1,0 +1,217 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/replay"
+)
+
+// reconnectingConn opens a connection that never gives up reconnecting and
+// retries every 100 ms, as the termlog roles' connections do
+// (nats.MaxReconnects(-1)). c.conn() keeps the nats.go defaults: 60 tries
+// 2 s apart, which survive a 10 s outage but come back up to 2 s late.
+func (c *cluster_) reconnectingConn(name string) *nats.Conn {
+	c.t.Helper()
+	nc, err := c.srv.Connect(nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		c.t.Fatalf("connect %s: %v", name, err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
+// startMetaOn is startMeta on a connection of the caller's and with a lease
+// of the caller's.
+func (c *cluster_) startMetaOn(nc *nats.Conn, id string, o metaOpts, lease time.Duration) *metaNode {
+	c.t.Helper()
+	lg := c.openLog(nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := meta.OpenKVLease(ctx, js, cluster, lease, 1)
+	if err != nil {
+		c.t.Fatalf("lease: %v", err)
+	}
+	fp := failpoint.New()
+	r, err := meta.New(meta.Config{
+		ID: id, Cluster: cluster, Log: lg, Lease: kv, NC: nc, LeaseTTL: lease,
+		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
+		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp, Scheduler: o.scheduler,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		_ = r.Run(rctx)
+	}()
+	c.t.Cleanup(m.stop)
+	return m
+}
+
+// startWorkerOn is startWorker on a connection of the caller's.
+func (c *cluster_) startWorkerOn(nc *nats.Conn, endpoint, incarnation string, heartbeat time.Duration) *workerNode {
+	c.t.Helper()
+	var w *client.Worker
+	agent, err := client.ListenAgent(endpoint, testLogger(c.t), func() client.WorkerRef { return w.Ref() })
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	w, err = client.NewWorker(nc, client.WorkerConfig{
+		Cluster: cluster, Incarnation: incarnation, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
+		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(c.t),
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &workerNode{agent: agent, w: w, cancel: cancel}
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); _ = agent.Run(ctx) }()
+	go func() { defer n.wg.Done(); _ = w.Run(ctx) }()
+	c.t.Cleanup(n.stop)
+	return n
+}
+
+// running reports whether the replica's Run is still going (it returns only
+// when stopped; a panic would have ended the test binary).
+func (m *metaNode) running() bool {
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func allRunning(t *testing.T, nodes ...*metaNode) {
+	t.Helper()
+	for _, n := range nodes {
+		if !n.running() {
+			t.Fatalf("%s is no longer running", n.ID())
+		}
+	}
+}
+
+// rpc sends one raw request to <cluster>.rpc.<name> and decodes the reply.
+// No reply (a timeout or no responders) is an error.
+func rpc(nc *nats.Conn, name string, body []byte) (client.Reply, error) {
+	msg, err := nc.Request(client.RPCSubject(cluster, name), body, 5*time.Second)
+	if err != nil {
+		return client.Reply{}, err
+	}
+	var rep client.Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return client.Reply{}, errors.New("undecodable reply " + string(msg.Data) + ": " + err.Error())
+	}
+	return rep, nil
+}
+
+// forceAppend appends ev as an admin with direct access to the stream would:
+// at the tail, with the expected-last-seq check, retrying while the leader
+// appends meanwhile. It returns ev's seq.
+func forceAppend(t *testing.T, lg *natslog.Log, ev events.Event) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		tail, err := lg.Tail(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := lg.Append(ctx, tail, ev)
+		if err == nil {
+			return seq
+		}
+		if !errors.Is(err, events.ErrFenced) {
+			t.Fatalf("forced append: %v", err)
+		}
+	}
+}
+
+// publishRaw stores body on subject in the event stream, with the
+// Nats-Expected-Last-Sequence header set to the tail (retrying when the
+// leader appends meanwhile), bypassing the codec. It returns its seq.
+func publishRaw(t *testing.T, nc *nats.Conn, lg *natslog.Log, subject string, body []byte) uint64 {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		tail, err := lg.Tail(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: body},
+			jetstream.WithExpectStream(lg.Stream()), jetstream.WithExpectLastSequence(tail))
+		if err == nil {
+			return ack.Sequence
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10071 && apiErr.ErrorCode != 10164 {
+			t.Fatalf("publish to %s: %v", subject, err)
+		}
+	}
+}
+
+func anomalyAt(v *projections.State, seq uint64) (projections.Anomaly, bool) {
+	for _, a := range v.Anomalies {
+		if a.Seq == seq {
+			return a, true
+		}
+	}
+	return projections.Anomaly{}, false
+}
+
+// rejectedEntry is one line of `termlog replay --rejected --json`.
+type rejectedEntry struct {
+	Seq     uint64 `json:"seq"`
+	Term    uint64 `json:"term"`
+	Writer  string `json:"writer"`
+	Type    string `json:"type"`
+	Outcome string `json:"outcome"`
+	Kind    string `json:"kind"`
+	Reason  string `json:"reason"`
+}
+
+// rejectedListing is what `termlog replay --rejected --json` prints for the
+// live stream: the same replay.Run call on replay.Stream.
+func rejectedListing(t *testing.T, lg *natslog.Log) []rejectedEntry {
+	t.Helper()
+	var out bytes.Buffer
+	if err := replay.Run(t.Context(), replay.Stream(lg), replay.Options{Mode: replay.ModeRejected, JSON: true}, &out); err != nil {
+		t.Fatalf("replay --rejected: %v", err)
+	}
+	var list []rejectedEntry
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var e rejectedEntry
+		if err := dec.Decode(&e); err != nil {
+			t.Fatalf("replay --rejected output: %v", err)
+		}
+		list = append(list, e)
+	}
+	return list
+}
