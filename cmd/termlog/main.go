@@ -27,10 +27,11 @@ type globals struct {
 	natsURL   string
 	logFormat string
 	logLevel  string
+	replicas  replicasValue
 }
 
 func newRoot() *cobra.Command {
-	g := &globals{}
+	g := &globals{replicas: 1}
 	root := &cobra.Command{
 		Use:           "termlog",
 		Short:         "A control plane whose every mutation is a term-stamped event in one replicated stream",
@@ -41,6 +42,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma separated")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or console")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().Var(&g.replicas, "replicas", "replicas of the event stream and the lease bucket when they are created: 1, or 3 on a 3-node NATS cluster")
 	root.AddCommand(newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g))
 	return root
 }

@@ -278,7 +278,7 @@ func connectStream(ctx context.Context, g *globals, name string) (*nats.Conn, *n
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	l, err := natslog.Open(octx, nc, natslog.Config{Cluster: g.cluster})
+	l, err := natslog.Open(octx, nc, g.logConfig())
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

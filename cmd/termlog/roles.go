@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,15 +33,37 @@ func (g *globals) connect(name string) (*nats.Conn, error) {
 func newNATSCmd(g *globals) *cobra.Command {
 	var data string
 	var port int
+	var co natsClusterOpts
 	cmd := &cobra.Command{
 		Use:   "nats",
-		Short: "Run a standalone embedded NATS JetStream server on 127.0.0.1",
+		Short: "Run an embedded NATS JetStream server on 127.0.0.1, standalone or one node of a cluster (--routes)",
+		Long: `nats runs an embedded NATS JetStream server on 127.0.0.1.
+
+With --cluster-port and --routes it is one node of a NATS cluster: start three,
+each with its own --data, --port, --cluster-port and --name, all with the same
+--routes (the three route URLs), then run the roles with --replicas 3 and
+--nats listing the three client URLs.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
+			cfg, err := co.serverConfig(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream at %s, data in %s; Ctrl-C stops it\n", srv.ClientURL(), data)
+			srv, err := natslog.StartServer(cfg)
+			if err != nil {
+				return err
+			}
+			if cfg.ClusterName != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream node %s at %s, routes at %s (cluster %s, peers %s), data in %s; Ctrl-C stops it\n",
+					srv.Name(), srv.ClientURL(), srv.ClusterURL(), cfg.ClusterName, strings.Join(cfg.Routes, ","), data)
+				go func() {
+					// The cluster serves JetStream once a quorum of nodes runs.
+					if leader, err := srv.WaitJetStream(cmd.Context()); err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "JetStream cluster ready: meta leader %s\n", leader)
+					}
+				}()
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream at %s, data in %s; Ctrl-C stops it\n", srv.ClientURL(), data)
+			}
 			<-cmd.Context().Done()
 			srv.Shutdown()
 			return nil
@@ -48,6 +71,10 @@ func newNATSCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&data, "data", "termlog-nats", "data directory")
 	cmd.Flags().IntVar(&port, "port", 4222, "client port on 127.0.0.1 (0 picks a free one)")
+	cmd.Flags().StringVar(&co.name, "name", "", "server name, unique and stable in the cluster (default termlog-nats-<cluster-port>)")
+	cmd.Flags().StringVar(&co.clusterName, "cluster-name", "termlog", "NATS cluster name (the same on every node)")
+	cmd.Flags().IntVar(&co.clusterPort, "cluster-port", 0, "route port on 127.0.0.1 the other nodes connect to (with --routes)")
+	cmd.Flags().StringVar(&co.routes, "routes", "", "route URLs of the cluster's nodes, comma separated, e.g. nats-route://127.0.0.1:6222,nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
 	return cmd
 }
 
@@ -71,6 +98,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
+			o.replicas = int(g.replicas)
 			r, err := startMeta(cmd.Context(), nc, g.cluster, id, o, fps, lg)
 			if err != nil {
 				return err
@@ -178,7 +206,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 			defer nc.Close()
 			octx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			log, err := natslog.Open(octx, nc, natslog.Config{Cluster: g.cluster})
+			log, err := natslog.Open(octx, nc, g.logConfig())
 			if err != nil {
 				return err
 			}

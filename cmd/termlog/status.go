@@ -35,8 +35,9 @@ type Status struct {
 	Anomalies   []projections.Anomaly `json:"anomalies"`
 }
 
-func loadStatus(ctx context.Context, nc *nats.Conn, cluster string) (Status, error) {
-	lg, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster})
+func loadStatus(ctx context.Context, nc *nats.Conn, lc natslog.Config) (Status, error) {
+	cluster := lc.Cluster
+	lg, err := natslog.Open(ctx, nc, lc)
 	if err != nil {
 		return Status{}, err
 	}
@@ -124,7 +125,7 @@ func newStatus(g *globals) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			s, err := loadStatus(ctx, nc, g.cluster)
+			s, err := loadStatus(ctx, nc, g.logConfig())
 			if err != nil {
 				return err
 			}
@@ -155,7 +156,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			s, err := loadStatus(ctx, nc, g.cluster)
+			s, err := loadStatus(ctx, nc, g.logConfig())
 			if err != nil {
 				return err
 			}

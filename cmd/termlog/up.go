@@ -39,6 +39,7 @@ type upOpts struct {
 	lease    time.Duration
 	timeout  time.Duration
 	interval time.Duration
+	replicas int // of the stream and the lease bucket
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -50,7 +51,10 @@ func newUp(g *globals) *cobra.Command {
 the workers, waits until the cluster is healthy (a leader, every worker running,
 barrier recovery complete), then prints a compact status line until Ctrl-C.
 The data directory survives: running up again resumes the same stream.`,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd.Context(), g, o, cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.replicas = int(g.replicas)
+			return runUp(cmd.Context(), g, o, cmd.OutOrStdout())
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.data, "data", "termlog-data", "data directory (created if missing)")
@@ -99,12 +103,12 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: o.port})
+	srv, err := startEmbeddedNATS(data, o.port, o.replicas)
 	if err != nil {
 		return fmt.Errorf("start NATS (is port %d in use? try --nats-port 0): %w", o.port, err)
 	}
 	defer srv.Shutdown()
-	fmt.Fprintf(out, "termlog up: NATS JetStream at %s, data in %s\n", srv.ClientURL(), data)
+	fmt.Fprintf(out, "termlog up: NATS JetStream at %s (stream and lease at R%d), data in %s\n", srv.URLs(0), max(o.replicas, 1), data)
 
 	// Shut down in order: workers (they deregister), stores, then metas.
 	var wg, wwg, swg sync.WaitGroup
@@ -123,7 +127,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	var metas []*meta.Replica
 	for i := 1; i <= o.metas; i++ {
 		id := fmt.Sprintf("meta-%d", i)
-		nc, err := srv.Connect(nats.Name(id))
+		nc, err := srv.Connect(i-1, id)
 		if err != nil {
 			return err
 		}
@@ -137,7 +141,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		go func() { defer wg.Done(); _ = r.Run(runCtx) }()
 	}
 	for i := 1; i <= o.workers; i++ {
-		nc, err := srv.Connect(nats.Name(fmt.Sprintf("worker-%d", i)))
+		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i))
 		if err != nil {
 			return err
 		}
@@ -149,7 +153,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
-		nc, err := srv.Connect(nats.Name(id))
+		nc, err := srv.Connect(i-1, id)
 		if err != nil {
 			return err
 		}
@@ -186,7 +190,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 				healthy = true
 				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete, %d shards 3/3\n",
 					time.Since(start).Round(time.Millisecond), leader.ID(), term, running, shardsOK)
-				fmt.Fprintf(out, "look at it:  go run ./cmd/termlog status --nats %s\n", srv.ClientURL())
+				fmt.Fprintf(out, "look at it:  go run ./cmd/termlog status --nats %s\n", srv.URLs(0))
 				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
 			}
 		}
@@ -273,7 +277,7 @@ func statusLine(metas []*meta.Replica, leader *meta.Replica, term uint64) string
 func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts, fps *failpoint.Set, lg zerolog.Logger) (*meta.Replica, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster})
+	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas})
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +285,7 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if err != nil {
 		return nil, err
 	}
-	lease, err := meta.OpenKVLease(octx, js, cluster, o.lease, 1)
+	lease, err := meta.OpenKVLease(octx, js, cluster, o.lease, o.replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +299,7 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster})
+	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas})
 	if err != nil {
 		return nil, err
 	}

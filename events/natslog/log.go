@@ -259,6 +259,12 @@ func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Eve
 }
 
 // publish stores m at seq with message id id, or finds it already there.
+//
+// The message id alone does not prove that seq holds m: ids are
+// <term>-<seq>, so a leader that decides again on a stale view (after an
+// append whose outcome it did not learn) sends a different event under the
+// id its earlier attempt was stored with. Only m's own bytes at seq are
+// "stored by an earlier attempt"; anything else there is fenced.
 func (l *Log) publish(ctx context.Context, m *nats.Msg, seq uint64, id string) error {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
@@ -266,31 +272,45 @@ func (l *Log) publish(ctx context.Context, m *nats.Msg, seq uint64, id string) e
 		jetstream.WithExpectStream(l.name),
 		jetstream.WithExpectLastSequence(seq-1),
 		jetstream.WithMsgID(id))
-	if err == nil {
-		// A duplicate ack (the clustered path checks the Msg-Id before the
+	switch {
+	case err == nil && ack.Sequence != seq:
+		// A duplicate ack (a clustered stream checks the Msg-Id before the
 		// expected seq) names the seq the id was stored at.
-		if ack.Sequence != seq {
-			return fmt.Errorf("natslog: append %s: %w: acked at seq %d (duplicate %v), want %d",
-				id, events.ErrFenced, ack.Sequence, ack.Duplicate, seq)
-		}
+		return fmt.Errorf("natslog: append %s: %w: acked at seq %d (duplicate %v), want %d",
+			id, events.ErrFenced, ack.Sequence, ack.Duplicate, seq)
+	case err == nil && !ack.Duplicate:
 		return nil
-	}
-	if !isWrongLastSeq(err) {
+	case err == nil:
+		// Our id is at seq (clustered: Msg-Id checked first); is our event?
+		return l.checkStored(ctx, m, seq, id, fmt.Errorf("duplicate ack at seq %d", seq))
+	case isWrongLastSeq(err):
+		// A standalone stream checks the expected last seq before the
+		// Msg-Id, so the retry of an append that landed is refused too.
+		return l.checkStored(ctx, m, seq, id, err)
+	default:
 		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %w", id, seq, err)
 	}
-	// The server checks the expected last seq before the Msg-Id dedupe, so
-	// the retry of an append that landed is refused too: look at seq.
-	stored, gerr := l.stream.GetMsg(ctx, seq)
+}
+
+// checkStored decides an append that the server did not store now (why):
+// nil if seq holds m's id and m's bytes (an earlier attempt stored it),
+// ErrFenced if seq holds anything else or nothing, and an outcome-unknown
+// error if seq cannot be read.
+func (l *Log) checkStored(ctx context.Context, m *nats.Msg, seq uint64, id string, why error) error {
+	stored, err := l.stream.GetMsg(ctx, seq)
 	switch {
-	case gerr == nil && stored.Header.Get(jetstream.MsgIDHeader) == id:
+	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id && stored.Subject == m.Subject && bytes.Equal(stored.Data, m.Data):
 		return nil // stored by an earlier attempt
-	case gerr == nil:
-		return fmt.Errorf("natslog: append %s: %w: seq %d holds %q (%v)",
-			id, events.ErrFenced, seq, stored.Header.Get(jetstream.MsgIDHeader), err)
-	case errors.Is(gerr, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("natslog: append %s: %w: seq %d not stored (%v)", id, events.ErrFenced, seq, err)
+	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id:
+		return fmt.Errorf("natslog: append %s: %w: seq %d holds another event under the same msg id (%w)",
+			id, events.ErrFenced, seq, why)
+	case err == nil:
+		return fmt.Errorf("natslog: append %s: %w: seq %d holds %q (%w)",
+			id, events.ErrFenced, seq, stored.Header.Get(jetstream.MsgIDHeader), why)
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("natslog: append %s: %w: seq %d not stored (%w)", id, events.ErrFenced, seq, why)
 	default:
-		return fmt.Errorf("natslog: append %s: %w (%v); reading seq %d failed: %v", id, events.ErrFenced, err, seq, gerr)
+		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %v; reading seq %d failed: %w", id, seq, why, seq, err)
 	}
 }
 
@@ -300,14 +320,31 @@ func isWrongLastSeq(err error) bool {
 		(apiErr.ErrorCode == codeWrongLastSeq || apiErr.ErrorCode == codeWrongLastSeqConstant)
 }
 
+// infoAttempt bounds one stream info request. A clustered stream that is
+// electing a leader (its leader's server went away) does not answer an info
+// request at all, however long one waits; a new request is answered as soon
+// as the election is over. So state asks again every infoAttempt until
+// reqCtx's deadline rather than waiting for it on a request nobody answers.
+const infoAttempt = time.Second
+
 func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
-	info, err := l.stream.Info(ctx)
-	if err != nil {
-		return jetstream.StreamState{}, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
+	for {
+		actx, acancel := context.WithTimeout(ctx, infoAttempt)
+		info, err := l.stream.Info(actx)
+		acancel()
+		if err == nil {
+			return info.State, nil
+		}
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		if !unanswered || ctx.Err() != nil || l.nc.IsClosed() {
+			return jetstream.StreamState{}, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
+		}
+		if werr := wait(ctx, restartBackoffMin); werr != nil {
+			return jetstream.StreamState{}, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
+		}
 	}
-	return info.State, nil
 }
 
 // Tail implements events.Log.

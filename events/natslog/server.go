@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +25,12 @@ const DefaultReadyTimeout = 10 * time.Second
 
 // ServerConfig configures an embedded NATS server with JetStream. The zero
 // value is not usable: DataDir is required.
+//
+// Setting ClusterName makes the server one node of a NATS cluster whose
+// JetStream is clustered (streams and KV buckets with Replicas > 1). Every
+// node needs a stable Name, its own DataDir, a client listener (not
+// DontListen) and the route URLs of the other nodes; all listen on
+// 127.0.0.1 only.
 type ServerConfig struct {
 	// DataDir is the JetStream file store directory (required). Starting a
 	// new server on the same directory recovers its streams.
@@ -44,6 +53,79 @@ type ServerConfig struct {
 	// discards it. Debug and Trace make it verbose.
 	LogWriter    io.Writer
 	Debug, Trace bool
+
+	// ClusterName names the NATS cluster this server joins; empty runs a
+	// standalone server (and the cluster fields below must be empty).
+	ClusterName string
+	// ClusterPort is the route listen port on 127.0.0.1; 0 picks a free one
+	// (see ClusterURL).
+	ClusterPort int
+	// Routes are the route URLs of the cluster's nodes, for example
+	// "nats-route://127.0.0.1:6222"; this node's own URL may be listed too.
+	// Required with ClusterName (JetStream needs configured routes). Only
+	// 127.0.0.1 is allowed.
+	Routes []string
+}
+
+// clustered reports whether cfg asks for a cluster node.
+func (c ServerConfig) clustered() bool { return c.ClusterName != "" }
+
+// routeURLs validates the clustering fields and parses Routes.
+func (c ServerConfig) routeURLs() ([]*url.URL, error) {
+	if !c.clustered() {
+		if c.ClusterPort != 0 || len(c.Routes) > 0 {
+			return nil, errors.New("ClusterPort and Routes need a ClusterName")
+		}
+		return nil, nil
+	}
+	if c.Name == "" {
+		return nil, errors.New("a cluster node needs a Name (JetStream identifies its peers by server name)")
+	}
+	if c.DontListen {
+		return nil, errors.New("a cluster node cannot be DontListen (routes and clients need listeners)")
+	}
+	if c.ClusterPort < 0 || c.ClusterPort > 65535 {
+		return nil, fmt.Errorf("cluster port %d out of range 0..65535", c.ClusterPort)
+	}
+	if len(c.Routes) == 0 {
+		return nil, errors.New("a cluster node needs Routes (JetStream needs configured routes)")
+	}
+	var out []*url.URL
+	for _, r := range c.Routes {
+		u, err := ParseRouteURL(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// ParseRouteURL parses one route URL: scheme nats-route (or nats), host
+// 127.0.0.1 and a port.
+func ParseRouteURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("route %q: %w", s, err)
+	}
+	if u.Scheme != "nats-route" && u.Scheme != "nats" {
+		return nil, fmt.Errorf("route %q: scheme must be nats-route", s)
+	}
+	if u.Hostname() != loopback {
+		return nil, fmt.Errorf("route %q: host must be %s", s, loopback)
+	}
+	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+		return nil, fmt.Errorf("route %q: needs a port 1..65535", s)
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("route %q: only nats-route://%s:PORT is allowed", s, loopback)
+	}
+	return u, nil
+}
+
+// RouteURL is the route URL of a cluster node listening on port.
+func RouteURL(port int) string {
+	return "nats-route://" + net.JoinHostPort(loopback, strconv.Itoa(port))
 }
 
 // Server is a running embedded NATS server.
@@ -54,7 +136,10 @@ type Server struct {
 
 // StartServer starts a NATS server with JetStream enabled and returns once it
 // accepts clients and JetStream answers, or an error saying which did not
-// happen in time. The caller must call Shutdown.
+// happen in time. A cluster node returns once it accepts clients and has
+// JetStream enabled: its JetStream answers only once the cluster elected a
+// meta leader, which needs a quorum of nodes; WaitJetStream waits for that.
+// The caller must call Shutdown.
 func StartServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("natslog: start server: DataDir is required")
@@ -72,6 +157,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
+	routes, err := cfg.routeURLs()
+	if err != nil {
+		return nil, fmt.Errorf("natslog: start server: %w", err)
+	}
 	opts := &server.Options{
 		ServerName:         cfg.Name,
 		Host:               cfg.Host,
@@ -86,6 +175,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		StoreDir:           cfg.DataDir,
 		JetStreamMaxStore:  cfg.MaxStore,
 		JetStreamMaxMemory: cfg.MaxMemory,
+	}
+	if cfg.clustered() {
+		cport := cfg.ClusterPort
+		if cport == 0 {
+			cport = server.RANDOM_PORT
+		}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: loopback, Port: cport}
+		opts.Routes = routes
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -111,40 +208,60 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 				cfg.ReadyTimeout, cfg.Host, cfg.Port, cfg.DataDir)
 		}
 	}
-	if err := s.waitJetStream(deadline, logger.fatal); err != nil {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := s.waitEnabled(ctx, logger.fatal); err != nil {
 		s.Shutdown()
-		return nil, err
+		return nil, fmt.Errorf("natslog: start server: %w", err)
+	}
+	if cfg.clustered() {
+		return s, nil
+	}
+	if err := s.waitAnswers(ctx); err != nil {
+		s.Shutdown()
+		return nil, fmt.Errorf("natslog: start server: %w", err)
 	}
 	return s, nil
 }
 
-// waitJetStream polls until JetStream answers an account info request.
-func (s *Server) waitJetStream(deadline time.Time, fatal <-chan string) error {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
+const readyPoll = 20 * time.Millisecond
+
+// waitEnabled polls until JetStream is enabled on the server.
+func (s *Server) waitEnabled(ctx context.Context, fatal <-chan string) error {
+	tick := time.NewTicker(readyPoll)
 	defer tick.Stop()
 	for !s.ns.JetStreamEnabled() {
 		select {
 		case msg := <-fatal:
-			return fmt.Errorf("natslog: start server: %s", msg)
+			return errors.New(msg)
 		case <-ctx.Done():
-			return fmt.Errorf("natslog: start server: JetStream not enabled after %s", s.cfg.ReadyTimeout)
+			return fmt.Errorf("JetStream not enabled after %s", s.cfg.ReadyTimeout)
 		case <-tick.C:
 		}
 	}
-	// In-process: the listener was checked above, and a loaded machine can
-	// make a TCP dial time out.
+	return nil
+}
+
+// waitAnswers polls until JetStream answers an account info request on an
+// in-process connection (the listener was checked already, and a loaded
+// machine can make a TCP dial time out).
+func (s *Server) waitAnswers(ctx context.Context) error {
+	dial := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		dial = max(time.Until(d), dial)
+	}
 	nc, err := nats.Connect(nats.DefaultURL, nats.InProcessServer(s.ns), nats.Name("natslog-ready-check"),
-		nats.NoReconnect(), nats.Timeout(max(time.Until(deadline), time.Second)))
+		nats.NoReconnect(), nats.Timeout(dial))
 	if err != nil {
-		return fmt.Errorf("natslog: start server: connect in-process: %w", err)
+		return fmt.Errorf("connect in-process: %w", err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fmt.Errorf("natslog: start server: %w", err)
+		return err
 	}
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
 	for {
 		actx, acancel := context.WithTimeout(ctx, time.Second)
 		_, err := js.AccountInfo(actx)
@@ -154,10 +271,58 @@ func (s *Server) waitJetStream(deadline time.Time, fatal <-chan string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("natslog: start server: JetStream not usable after %s: %w", s.cfg.ReadyTimeout, err)
+			return fmt.Errorf("JetStream not usable: %w (last error: %w)", ctx.Err(), err)
 		case <-tick.C:
 		}
 	}
+}
+
+// WaitJetStream blocks until JetStream on this server answers API requests:
+// for a cluster node, until the cluster has a meta leader (elected by a
+// quorum of nodes: start them all, then wait) and this node knows it. It
+// returns the meta leader's server name ("" for a standalone server), or an
+// error when ctx ends first.
+func (s *Server) WaitJetStream(ctx context.Context) (string, error) {
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	for s.cfg.clustered() && s.MetaLeader() == "" {
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("natslog: server %s: no JetStream meta leader: %w", s.cfg.Name, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	if err := s.waitAnswers(ctx); err != nil {
+		return "", fmt.Errorf("natslog: server %s: %w", s.cfg.Name, err)
+	}
+	return s.MetaLeader(), nil
+}
+
+// MetaLeader is the server name of the JetStream meta leader this node
+// knows, "" when there is none (or the server is not clustered).
+func (s *Server) MetaLeader() string {
+	if !s.ns.JetStreamIsClustered() {
+		return ""
+	}
+	info, err := s.ns.Jsz(&server.JSzOptions{})
+	if err != nil || info.Meta == nil {
+		return ""
+	}
+	return info.Meta.Leader
+}
+
+// Name is the server's name (its generated ID when ServerConfig.Name was
+// empty).
+func (s *Server) Name() string { return s.ns.Name() }
+
+// ClusterURL is the route URL other cluster nodes reach this one at ("" for
+// a standalone server).
+func (s *Server) ClusterURL() string {
+	addr := s.ns.ClusterAddr()
+	if !s.cfg.clustered() || addr == nil {
+		return ""
+	}
+	return RouteURL(addr.Port)
 }
 
 // ClientURL is the URL clients connect to ("" when the server does not

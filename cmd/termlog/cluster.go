@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// replicasValue is --replicas: 1 (one NATS server) or 3 (a 3-node NATS
+// cluster). It is checked when the flag is parsed.
+type replicasValue int
+
+func (r *replicasValue) String() string { return strconv.Itoa(int(*r)) }
+func (r *replicasValue) Type() string   { return "1|3" }
+func (r *replicasValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || (n != 1 && n != 3) {
+		return fmt.Errorf("%q: want 1 (one NATS server) or 3 (a 3-node NATS cluster)", s)
+	}
+	*r = replicasValue(n)
+	return nil
+}
+
+// logConfig is the stream configuration of --cluster and --replicas.
+func (g *globals) logConfig() natslog.Config {
+	return natslog.Config{Cluster: g.cluster, Replicas: int(g.replicas)}
+}
+
+// natsClusterOpts are the clustering flags of `termlog nats`.
+type natsClusterOpts struct {
+	name        string
+	clusterName string
+	clusterPort int
+	routes      string
+}
+
+// serverConfig adds the clustering flags to cfg: with --routes the server
+// is one node of a NATS cluster, without them a standalone server.
+func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerConfig, error) {
+	cfg.Name = o.name
+	if o.routes == "" {
+		if o.clusterPort != 0 {
+			return cfg, errors.New("--cluster-port needs --routes (the route URLs of the cluster's nodes)")
+		}
+		return cfg, nil
+	}
+	if o.clusterPort <= 0 {
+		return cfg, errors.New("--routes needs --cluster-port: the other nodes route to it, so it must be fixed")
+	}
+	if cfg.Name == "" {
+		// Stable across restarts: JetStream knows its peers by name.
+		cfg.Name = fmt.Sprintf("termlog-nats-%d", o.clusterPort)
+	}
+	cfg.ClusterName, cfg.ClusterPort = o.clusterName, o.clusterPort
+	for _, r := range strings.Split(o.routes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			if _, err := natslog.ParseRouteURL(r); err != nil {
+				return cfg, fmt.Errorf("--routes: %w", err)
+			}
+			cfg.Routes = append(cfg.Routes, r)
+		}
+	}
+	return cfg, nil
+}
+
+// embeddedNATS is the NATS of `termlog up`: one server, or with
+// --replicas 3 a 3-node cluster on loopback in this process.
+type embeddedNATS struct {
+	srvs []*natslog.Server
+}
+
+// startEmbeddedNATS starts the servers: data/nats for one, data/nats-1..3
+// for three, the first on port (0: a free one), the others on free ports.
+// Routes are picked afresh each start: a node is known to its peers by its
+// name, not its address.
+func startEmbeddedNATS(data string, port, replicas int) (*embeddedNATS, error) {
+	if replicas <= 1 {
+		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
+		if err != nil {
+			return nil, err
+		}
+		return &embeddedNATS{srvs: []*natslog.Server{srv}}, nil
+	}
+	var routePorts []int
+	var routes []string
+	for range replicas {
+		p, err := freeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		routePorts = append(routePorts, p)
+		routes = append(routes, natslog.RouteURL(p))
+	}
+	e := &embeddedNATS{}
+	for i := range replicas {
+		cfg := natslog.ServerConfig{
+			DataDir: filepath.Join(data, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
+			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes,
+		}
+		if i == 0 {
+			cfg.Port = port
+		}
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			e.Shutdown()
+			return nil, err
+		}
+		srv, err := natslog.StartServer(cfg)
+		if err != nil {
+			e.Shutdown()
+			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		}
+		e.srvs = append(e.srvs, srv)
+	}
+	// The cluster serves JetStream once its nodes elected a meta leader.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range e.srvs {
+		if _, err := s.WaitJetStream(ctx); err != nil {
+			e.Shutdown()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// URLs lists the client URLs, node first first.
+func (e *embeddedNATS) URLs(first int) string {
+	var out []string
+	for k := range e.srvs {
+		out = append(out, e.srvs[(first+k)%len(e.srvs)].ClientURL())
+	}
+	return strings.Join(out, ",")
+}
+
+// Connect dials every node, node i%n first, and keeps reconnecting.
+func (e *embeddedNATS) Connect(i int, name string) (*nats.Conn, error) {
+	if len(e.srvs) == 1 {
+		return e.srvs[0].Connect(nats.Name(name))
+	}
+	urls := e.URLs(i % len(e.srvs))
+	nc, err := nats.Connect(urls, nats.Name(name), nats.Timeout(5*time.Second), nats.DontRandomize(),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", urls, err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops every server.
+func (e *embeddedNATS) Shutdown() {
+	for _, s := range e.srvs {
+		s.Shutdown()
+	}
+}
+
+func freeLoopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
