@@ -145,11 +145,10 @@ func (e *embeddedNATS) URLs(first int) string {
 // Connect dials every node, node i%n first, and keeps reconnecting.
 func (e *embeddedNATS) Connect(i int, name string) (*nats.Conn, error) {
 	if len(e.srvs) == 1 {
-		return e.srvs[0].Connect(nats.Name(name))
+		return e.srvs[0].Connect(roleConnOptions(name)...)
 	}
 	urls := e.URLs(i % len(e.srvs))
-	nc, err := nats.Connect(urls, nats.Name(name), nats.Timeout(5*time.Second), nats.DontRandomize(),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, err := nats.Connect(urls, append(roleConnOptions(name), nats.DontRandomize())...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", urls, err)
 	}

@@ -22,12 +22,44 @@ import (
 
 // connect dials the --nats URLs (comma separated) and keeps reconnecting.
 func (g *globals) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(g.natsURL, nats.Name(name), nats.Timeout(5*time.Second),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, err := nats.Connect(g.natsURL, roleConnOptions(name)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", g.natsURL, err)
 	}
 	return nc, nil
+}
+
+// roleConnOptions are the options of every long-running role's connection:
+// reconnect forever, and never buffer a publish while reconnecting (nats.go
+// would send it when the server is back, long after the decision it carried).
+func roleConnOptions(name string) []nats.Option {
+	return []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1)}
+}
+
+// leaderRPC sends one request to the meta leader and returns its reply.
+func (g *globals) leaderRPC(rpc string, req any) (client.Reply, error) {
+	nc, err := g.connect("termlog-admin")
+	if err != nil {
+		return client.Reply{}, err
+	}
+	defer nc.Close()
+	b, err := json.Marshal(req)
+	if err != nil {
+		return client.Reply{}, err
+	}
+	msg, err := nc.Request(client.RPCSubject(g.cluster, rpc), b, 5*time.Second)
+	if err != nil {
+		return client.Reply{}, fmt.Errorf("no leader answered: %w", err)
+	}
+	var rep client.Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return client.Reply{}, fmt.Errorf("malformed reply: %w", err)
+	}
+	if rep.Error != nil {
+		return rep, rep.Error
+	}
+	return rep, nil
 }
 
 func newNATSCmd(g *globals) *cobra.Command {
@@ -116,21 +148,9 @@ func newMetaCmd(g *globals) *cobra.Command {
 		Use:   "stepdown",
 		Short: "Ask the current meta leader to give up its lease (another replica takes over)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("termlog-stepdown")
+			rep, err := g.leaderRPC(client.RPCStepDown, struct{}{})
 			if err != nil {
 				return err
-			}
-			defer nc.Close()
-			msg, err := nc.Request(client.RPCSubject(g.cluster, client.RPCStepDown), []byte("{}"), 5*time.Second)
-			if err != nil {
-				return fmt.Errorf("no leader answered: %w", err)
-			}
-			var rep client.Reply
-			if err := json.Unmarshal(msg.Data, &rep); err != nil {
-				return err
-			}
-			if rep.Error != nil {
-				return rep.Error
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s (term %d) is stepping down\n", rep.Leader, rep.Term)
 			return nil
@@ -233,22 +253,9 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 func newStoreCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "store", Short: "Log store administration"}
 	drain := func(id string, d time.Duration, out func(string)) error {
-		nc, err := g.connect("termlog-store-admin")
+		rep, err := g.leaderRPC(client.RPCStoreDrain, client.DrainRequest{Store: id, ForMS: d.Milliseconds()})
 		if err != nil {
 			return err
-		}
-		defer nc.Close()
-		b, _ := json.Marshal(client.DrainRequest{Store: id, ForMS: d.Milliseconds()})
-		msg, err := nc.Request(client.RPCSubject(g.cluster, client.RPCStoreDrain), b, 5*time.Second)
-		if err != nil {
-			return fmt.Errorf("no leader answered: %w", err)
-		}
-		var rep client.Reply
-		if err := json.Unmarshal(msg.Data, &rep); err != nil {
-			return err
-		}
-		if rep.Error != nil {
-			return rep.Error
 		}
 		if d == 0 {
 			out(fmt.Sprintf("store %s is up (term %d)", id, rep.Term))

@@ -112,20 +112,25 @@ func sortedIDs(m map[uint64]string) []uint64 {
 	return ids
 }
 
+// status connects, reads the stream and the lease bucket, and hangs up.
+func (g *globals) status(ctx context.Context) (Status, error) {
+	nc, err := nats.Connect(g.natsURL, nats.Name("termlog-status"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return Status{}, fmt.Errorf("connect %s: %w", g.natsURL, err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return loadStatus(ctx, nc, g.logConfig())
+}
+
 func newStatus(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster as projected from the event stream",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := nats.Connect(g.natsURL, nats.Name("termlog-status"), nats.Timeout(5*time.Second))
-			if err != nil {
-				return fmt.Errorf("connect %s: %w", g.natsURL, err)
-			}
-			defer nc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			s, err := loadStatus(ctx, nc, g.logConfig())
+			s, err := g.status(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -149,14 +154,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List active workers (read from the projection)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := nats.Connect(g.natsURL, nats.Name("termlog-worker-list"), nats.Timeout(5*time.Second))
-			if err != nil {
-				return fmt.Errorf("connect %s: %w", g.natsURL, err)
-			}
-			defer nc.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			s, err := loadStatus(ctx, nc, g.logConfig())
+			s, err := g.status(cmd.Context())
 			if err != nil {
 				return err
 			}
