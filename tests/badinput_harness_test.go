@@ -13,8 +13,6 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
-	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/replay"
@@ -38,34 +36,8 @@ func (c *cluster_) reconnectingConn(name string) *nats.Conn {
 // of the caller's.
 func (c *cluster_) startMetaOn(nc *nats.Conn, id string, o metaOpts, lease time.Duration) *metaNode {
 	c.t.Helper()
-	lg := c.openLog(nc)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	kv, err := meta.OpenKVLease(ctx, js, cluster, lease, 1)
-	if err != nil {
-		c.t.Fatalf("lease: %v", err)
-	}
-	fp := failpoint.New()
-	r, err := meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: lg, Lease: kv, NC: nc, LeaseTTL: lease,
-		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
-		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp, Scheduler: o.scheduler,
-	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		_ = r.Run(rctx)
-	}()
-	c.t.Cleanup(m.stop)
-	return m
+	o.lease = lease
+	return runMeta(c.t, nc, c.openLog(nc), id, o)
 }
 
 // startWorkerOn is startWorker on a connection of the caller's.

@@ -18,8 +18,6 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
-	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 )
 
@@ -157,38 +155,15 @@ func (c *natsCluster3) openLog(nc *nats.Conn) *natslog.Log {
 func (c *natsCluster3) startMeta(id, urls string, o metaOpts, opts ...nats.Option) *metaNode {
 	c.t.Helper()
 	nc := c.connect(id, urls, opts...)
-	lg := c.openLog(nc)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		c.t.Fatal(err)
+	o.leaseReplicas = 3
+	o.wrapLog = func(lg *natslog.Log) events.Log {
+		hook := &appendHook{Log: lg}
+		c.mu.Lock()
+		c.hooks[id] = hook
+		c.mu.Unlock()
+		return hook
 	}
-	ctx, cancel := context.WithTimeout(c.t.Context(), 30*time.Second)
-	defer cancel()
-	lease, err := meta.OpenKVLease(ctx, js, cluster, 3*time.Second, 3)
-	if err != nil {
-		c.t.Fatalf("lease: %v", err)
-	}
-	fp := failpoint.New()
-	hook := &appendHook{Log: lg}
-	c.mu.Lock()
-	c.hooks[id] = hook
-	c.mu.Unlock()
-	r, err := meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: hook, Lease: lease, NC: nc,
-		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
-		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp, Scheduler: o.scheduler,
-	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		_ = r.Run(rctx)
-	}()
-	c.t.Cleanup(m.stop)
-	return m
+	return runMeta(c.t, nc, c.openLog(nc), id, o)
 }
 
 // hook is the append hook of meta replica id.

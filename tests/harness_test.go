@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
@@ -116,30 +117,47 @@ type metaOpts struct {
 	expiry        time.Duration
 	clock         clock.Clock
 	scheduler     meta.SchedulerConfig
+	lease         time.Duration                 // default 3 s
+	leaseReplicas int                           // default 1
+	wrapLog       func(*natslog.Log) events.Log // wraps the log the replica appends to
 }
 
 func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 	c.t.Helper()
 	nc := c.conn()
-	lg := c.openLog(nc)
+	return runMeta(c.t, nc, c.openLog(nc), id, o)
+}
+
+// runMeta runs a meta replica on a connection and log of the caller's. Its
+// lease bucket has o.lease (default 3 s) and o.leaseReplicas (default 1);
+// o.wrapLog, if set, wraps the log the replica appends to.
+func runMeta(t *testing.T, nc *nats.Conn, lg *natslog.Log, id string, o metaOpts) *metaNode {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
+	}
+	if o.lease <= 0 {
+		o.lease = 3 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lease, err := meta.OpenKVLease(ctx, js, cluster, 3*time.Second, 1)
+	lease, err := meta.OpenKVLease(ctx, js, cluster, o.lease, max(o.leaseReplicas, 1))
 	if err != nil {
-		c.t.Fatalf("lease: %v", err)
+		t.Fatalf("lease: %v", err)
+	}
+	var log events.Log = lg
+	if o.wrapLog != nil {
+		log = o.wrapLog(lg)
 	}
 	fp := failpoint.New()
 	r, err := meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: lg, Lease: lease, NC: nc,
+		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
-		Clock: o.clock, Logger: testLogger(c.t), Failpoints: fp, Scheduler: o.scheduler,
+		Clock: o.clock, Logger: testLogger(t), Failpoints: fp, Scheduler: o.scheduler,
 	})
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
 	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}
@@ -147,7 +165,7 @@ func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 		defer close(m.done)
 		_ = r.Run(rctx)
 	}()
-	c.t.Cleanup(m.stop)
+	t.Cleanup(m.stop)
 	return m
 }
 
