@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/events"
+)
+
+const appendCluster = "benchappend"
+
+// registrations returns n worker.registered events of term 1 (what a
+// registration burst appends) and their encoded bodies.
+func registrations(n int) ([]events.Event, [][]byte, error) {
+	evs := make([]events.Event, n)
+	bodies := make([][]byte, n)
+	for i := range n {
+		evs[i] = events.Event{Term: 1, Writer: "meta-1", At: workloadBase.Add(time.Duration(i) * time.Millisecond),
+			Data: events.WorkerRegistered{ID: uint64(i + 1), Incarnation: fmt.Sprintf("bench-%d", i), Endpoint: fakeEndpoint(i), Kind: "compute", Parallelism: 4}}
+		b, err := events.Encode(evs[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		bodies[i] = b
+	}
+	return evs, bodies, nil
+}
+
+// fakeEndpoint is worker i's endpoint: unique, valid, never dialled over TCP.
+func fakeEndpoint(i int) string {
+	return fmt.Sprintf("10.%d.%d.%d:5688", 100+i/65536, i/256%256, i%256)
+}
+
+type series struct {
+	n       int
+	took    time.Duration
+	lat     []time.Duration
+	partial bool
+}
+
+func (s series) rate() float64 { return float64(s.n) / s.took.Seconds() }
+
+// oneAtATime calls op n times (or until bound passes) and records each latency.
+func oneAtATime(ctx context.Context, n int, bound time.Duration, op func(ctx context.Context, i int) error) (series, error) {
+	runtime.GC()
+	s := series{lat: make([]time.Duration, 0, n)}
+	deadline := time.Now().Add(bound)
+	start := time.Now()
+	for i := range n {
+		if time.Now().After(deadline) {
+			s.partial = true
+			break
+		}
+		t := time.Now()
+		if err := op(ctx, i); err != nil {
+			return s, err
+		}
+		s.lat = append(s.lat, time.Since(t))
+	}
+	s.took = time.Since(start)
+	s.n = len(s.lat)
+	return s, nil
+}
+
+func (r *run) appends(ctx context.Context) error {
+	n := r.cfg.Appends
+	evs, bodies, err := registrations(n)
+	if err != nil {
+		return err
+	}
+	e, err := r.server()
+	if err != nil {
+		return err
+	}
+	nc, err := e.connect("bench-append")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	log, err := openLog(ctx, nc, appendCluster)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*asyncWindow))
+	if err != nil {
+		return err
+	}
+	if _, err := rawStream(ctx, js, "BENCHRAW_SYNC", "benchraw.sync.>"); err != nil {
+		return err
+	}
+	if _, err := rawStream(ctx, js, "BENCHRAW_ASYNC", "benchraw.async.>"); err != nil {
+		return err
+	}
+	bound := r.cfg.PhaseTimeout / 3
+	subj := "benchraw.sync." + events.TypeWorkerRegistered
+
+	r.progress("append: %d fenced appends, one at a time", n)
+	var fenced series
+	r.profile("append.fenced", func() {
+		fenced, err = oneAtATime(ctx, n, bound, func(ctx context.Context, i int) error {
+			last, err := log.Append(ctx, uint64(i), evs[i])
+			if err == nil && last != uint64(i+1) {
+				err = fmt.Errorf("appended at %d, want %d", last, i+1)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		if errors.Is(err, events.ErrFenced) {
+			return fmt.Errorf("fenced append refused: %w", err)
+		}
+		return err
+	}
+	r.progress("append: %d raw sync publishes", n)
+	sync, err := oneAtATime(ctx, n, bound, func(ctx context.Context, i int) error {
+		_, err := js.Publish(ctx, subj, bodies[i])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.progress("append: %d raw async publishes (window %d)", n, asyncWindow)
+	runtime.GC()
+	asyncSubj := "benchraw.async." + events.TypeWorkerRegistered
+	actx, cancel := context.WithTimeout(ctx, bound)
+	took, err := publishAsync(actx, js, n, func(int) string { return asyncSubj }, func(i int) []byte { return bodies[i] })
+	cancel()
+	if err != nil {
+		return err
+	}
+	async := float64(n) / took.Seconds()
+	partial := fenced.partial || sync.partial
+	note := ""
+	if partial {
+		note = fmt.Sprintf("a series was stopped by the %s bound: fenced %d, sync %d of %d", bound, fenced.n, sync.n, n)
+	}
+	p50, p99 := percentile(fenced.lat, 50), percentile(fenced.lat, 99)
+	sp50, sp99 := percentile(sync.lat, 50), percentile(sync.lat, 99)
+	what := fmt.Sprintf("natslog Log.Append of one worker.registered with CAS + Msg-Id, one at a time as the leader does (%d appends)", fenced.n)
+	r.add(Figure{
+		Name: "append.throughput", What: what,
+		Unit: "events/s", Value: fenced.rate(), Baseline: async, Higher: true,
+		BaselineWhat: fmt.Sprintf("raw async JetStream publish of the same bodies, %d in flight, no headers", asyncWindow),
+		Target:       &Target{Of: "ratio", Op: "<=", Limit: 2, Text: ">= 50% of raw async"},
+		Partial:      partial, Note: note,
+	})
+	r.add(Figure{
+		Name: "append.vs_sync", What: what,
+		Unit: "events/s", Value: fenced.rate(), Baseline: sync.rate(), Higher: true,
+		BaselineWhat: "raw sync JetStream publish of the same bodies, one at a time, no headers",
+		Partial:      partial, Note: note,
+	})
+	r.add(Figure{
+		Name: "append.p50", What: "fenced append latency, median",
+		Unit: "ms", Value: ms(p50), Baseline: ms(sp50), BaselineWhat: "raw sync publish latency, median",
+		Partial: partial, Note: note,
+	})
+	r.add(Figure{
+		Name: "append.p99", What: "fenced append latency, 99th percentile",
+		Unit: "ms", Value: ms(p99), Baseline: ms(sp99), BaselineWhat: "raw sync publish latency, 99th percentile",
+		Partial: partial, Note: note,
+	})
+	return nil
+}

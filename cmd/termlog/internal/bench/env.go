@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// env is the embedded server every figure runs on, and the connections
+// opened on it (closed at the end).
+type env struct {
+	srv *natslog.Server
+
+	mu    sync.Mutex
+	conns []*nats.Conn
+}
+
+func startEnv(dir string) (*env, error) {
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0})
+	if err != nil {
+		return nil, err
+	}
+	return &env{srv: srv}, nil
+}
+
+// connect opens a TCP connection to the server (as every termlog process
+// does). Call it inside pprof.Do to label the connection's goroutines.
+func (e *env) connect(name string) (*nats.Conn, error) {
+	nc, err := e.srv.Connect(nats.Name(name), nats.NoReconnect())
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.conns = append(e.conns, nc)
+	e.mu.Unlock()
+	return nc, nil
+}
+
+func (e *env) close() {
+	e.mu.Lock()
+	conns := e.conns
+	e.conns = nil
+	e.mu.Unlock()
+	for _, nc := range conns {
+		nc.Close()
+	}
+	e.srv.Shutdown()
+}
+
+// openLog opens the termlog stream of cluster.
+func openLog(ctx context.Context, nc *nats.Conn, cluster string) (*natslog.Log, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return natslog.Open(octx, nc, natslog.Config{Cluster: cluster})
+}
+
+// rawStream creates a plain stream with the termlog stream's storage and
+// dedupe window, for raw baselines.
+func rawStream(ctx context.Context, js jetstream.JetStream, name, subjects string) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: name, Subjects: []string{subjects}, Retention: jetstream.LimitsPolicy,
+		Storage: jetstream.FileStorage, Replicas: 1, Duplicates: natslog.DefaultDuplicates,
+	})
+}
+
+// asyncWindow is the raw async publisher's window of pending acks (below
+// nats.go's default limit of 4000).
+const asyncWindow = 2048
+
+// publishAsync publishes n bodies with a sliding window of asyncWindow
+// pending acks and waits for every ack. It returns the time it took.
+func publishAsync(ctx context.Context, js jetstream.JetStream, n int, subject func(i int) string, body func(i int) []byte) (time.Duration, error) {
+	start := time.Now()
+	ring := make([]jetstream.PubAckFuture, asyncWindow)
+	head, tail := 0, 0 // ring[head%len .. tail%len) are pending
+	wait := func() error {
+		f := ring[head%len(ring)]
+		ring[head%len(ring)] = nil
+		head++
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return fmt.Errorf("async publish: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i := range n {
+		if tail-head == len(ring) {
+			if err := wait(); err != nil {
+				return 0, err
+			}
+		}
+		f, err := js.PublishAsync(subject(i), body(i))
+		if err != nil {
+			return 0, fmt.Errorf("async publish %d: %w", i, err)
+		}
+		ring[tail%len(ring)] = f
+		tail++
+	}
+	for head < tail {
+		if err := wait(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// fill publishes encoded events into a termlog stream, as fast as the server
+// takes them, in order (seq i+1 holds bodies[i]).
+func fill(ctx context.Context, js jetstream.JetStream, l *natslog.Log, evs []events.Event, bodies [][]byte) (time.Duration, error) {
+	return publishAsync(ctx, js, len(bodies), func(i int) string { return l.Subject(evs[i].Type()) }, func(i int) []byte { return bodies[i] })
+}
+
+// percentile returns the p-th percentile (0..100) of ds, which it sorts.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	i := int(p / 100 * float64(len(ds)-1))
+	return ds[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

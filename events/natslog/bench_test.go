@@ -1,0 +1,240 @@
+package natslog_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// The append and read paths of the JetStream log next to raw JetStream on
+// the same embedded server (TCP on 127.0.0.1, file storage):
+//
+//	go test -run '^$' -bench . -benchtime 5000x ./events/natslog/
+//
+// BenchmarkAppendFenced is what a leader does per decision; the raw publish
+// benchmarks are its floor. BenchmarkReadFold is what status and a catching
+// up replica do; BenchmarkReadOrderedConsumer is its floor.
+
+type benchLog struct {
+	log *natslog.Log
+	js  jetstream.JetStream
+	nc  *nats.Conn
+}
+
+func newBenchLog(b *testing.B) *benchLog {
+	b.Helper()
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchLog{log: l, js: js, nc: nc}
+}
+
+func benchEvents(n int) ([]events.Event, [][]byte) {
+	evs := make([]events.Event, n)
+	bodies := make([][]byte, n)
+	at := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	for i := range n {
+		evs[i] = events.Event{Term: 1, Writer: "meta-1", At: at.Add(time.Duration(i) * time.Millisecond), Data: events.WorkerRegistered{
+			ID: uint64(i + 1), Incarnation: fmt.Sprintf("inc-%d", i), Endpoint: fmt.Sprintf("10.1.%d.%d:5688", i/256%256, i%256), Kind: "compute", Parallelism: 4}}
+		b, err := events.Encode(evs[i])
+		if err != nil {
+			panic(err)
+		}
+		bodies[i] = b
+	}
+	return evs, bodies
+}
+
+func benchReportRate(b *testing.B, n int) {
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkAppendFenced appends one event at a time with the CAS and a
+// Msg-Id, as the leader does today.
+func BenchmarkAppendFenced(b *testing.B) {
+	bl := newBenchLog(b)
+	evs, _ := benchEvents(b.N)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := bl.log.Append(ctx, uint64(i), evs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchReportRate(b, b.N)
+}
+
+func benchRawStream(b *testing.B, bl *benchLog) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := bl.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage,
+		Duplicates: natslog.DefaultDuplicates}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkPublishSync is the floor of a one-at-a-time append: a plain
+// JetStream publish of the same body, no headers.
+func BenchmarkPublishSync(b *testing.B) {
+	bl := newBenchLog(b)
+	benchRawStream(b, bl)
+	_, bodies := benchEvents(b.N)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := bl.js.Publish(ctx, "raw.ev", bodies[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchReportRate(b, b.N)
+}
+
+// BenchmarkPublishAsync is the stream's throughput: async publishes with
+// up to 2048 acks pending.
+func BenchmarkPublishAsync(b *testing.B) {
+	bl := newBenchLog(b)
+	benchRawStream(b, bl)
+	_, bodies := benchEvents(b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	pending := make(chan jetstream.PubAckFuture, 2048)
+	for i := range b.N {
+		if len(pending) == cap(pending) {
+			if err := benchWaitAck(<-pending); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f, err := bl.js.PublishAsync("raw.ev", bodies[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		pending <- f
+	}
+	for len(pending) > 0 {
+		if err := benchWaitAck(<-pending); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchReportRate(b, b.N)
+}
+
+func benchWaitAck(f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("no ack in 10s")
+	}
+}
+
+// fillLog stores n events in the termlog stream with async publishes.
+func benchFill(b *testing.B, bl *benchLog, n int) {
+	b.Helper()
+	evs, bodies := benchEvents(n)
+	pending := make(chan jetstream.PubAckFuture, 2048)
+	for i := range n {
+		if len(pending) == cap(pending) {
+			if err := benchWaitAck(<-pending); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f, err := bl.js.PublishAsync(bl.log.Subject(evs[i].Type()), bodies[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		pending <- f
+	}
+	for len(pending) > 0 {
+		if err := benchWaitAck(<-pending); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRead reads b.N events with Log.Read (ordered sessions on an
+// ephemeral consumer, one copy per record), without folding them.
+func BenchmarkRead(b *testing.B) {
+	bl := newBenchLog(b)
+	benchFill(b, bl, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	if err := bl.log.Read(context.Background(), 1, func(events.Record) error { n++; return nil }); err != nil {
+		b.Fatal(err)
+	}
+	if n != b.N {
+		b.Fatalf("read %d of %d", n, b.N)
+	}
+	benchReportRate(b, b.N)
+}
+
+// BenchmarkReadDecode is Read plus events.Decode of each record: the part
+// of a replay that is not the fold itself.
+func BenchmarkReadDecode(b *testing.B) {
+	bl := newBenchLog(b)
+	benchFill(b, bl, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := bl.log.Read(context.Background(), 1, func(rec events.Record) error {
+		_, err := rec.Decode()
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	benchReportRate(b, b.N)
+}
+
+// BenchmarkReadOrderedConsumer is the floor of Read: a plain ordered
+// consumer with default options reading the same messages.
+func BenchmarkReadOrderedConsumer(b *testing.B) {
+	bl := newBenchLog(b)
+	benchFill(b, bl, b.N)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cons, err := bl.js.OrderedConsumer(ctx, bl.log.Stream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Stop()
+	for range b.N {
+		if _, err := it.Next(jetstream.NextContext(ctx)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchReportRate(b, b.N)
+}
