@@ -144,9 +144,22 @@ func (p *Projector) WaitFor(ctx context.Context, cond func(*projections.State) b
 	}
 }
 
-// WaitSeq blocks until the view has folded seq.
+// WaitSeq blocks until the view has folded seq. It compares seqs while it
+// waits and makes a view only once, at the end.
 func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State, error) {
-	return p.WaitFor(ctx, func(s *projections.State) bool { return s.Seq >= seq })
+	for {
+		p.mu.Lock()
+		cur, ch := p.state.Seq, p.changed
+		p.mu.Unlock()
+		if cur >= seq {
+			return p.View(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return p.View(), ctx.Err()
+		case <-ch:
+		}
+	}
 }
 
 // CatchUp waits until the view has folded everything the log held when it
