@@ -121,7 +121,7 @@ func (l *leaderSession) startTerm(ctx context.Context) error {
 		if err := l.r.cfg.Failpoints.Hit(ctx, FPBeforeTermStarted); err != nil {
 			return err
 		}
-		_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 			if v.Term >= l.term {
 				return nil, fmt.Errorf("%w: projection already at term %d >= %d", ErrNotLeader, v.Term, l.term)
 			}
@@ -138,31 +138,43 @@ func (l *leaderSession) startTerm(ctx context.Context) error {
 }
 
 // mutate is the only way a leader changes cluster state: decide on the
-// current view, then append with expected last seq = that view's seq. If a
-// failpoint is named it is hit between the decision and the append. On
-// ErrFenced it re-projects and steps down if a higher term is there.
-func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) (*projections.State, error) {
+// current projected state, then append with expected last seq = the seq of
+// the state decided on. If a failpoint is named it is hit between the
+// decision and the append. On ErrFenced it re-projects and steps down if a
+// higher term is there. decide runs on the live state while the fold is
+// held still (no copy): it must be short and must not keep the state.
+func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
 	select {
 	case l.sem <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	defer func() { <-l.sem }()
-	v, err := l.r.proj.WaitSeq(ctx, l.lastWritten)
-	if err != nil {
-		return nil, err
+	if err := l.r.proj.AwaitSeq(ctx, l.lastWritten); err != nil {
+		return err
 	}
-	if v.Term > l.term {
-		l.lose(fmt.Sprintf("projection shows term %d > %d", v.Term, l.term))
-		return nil, ErrNotLeader
+	var (
+		seq, term uint64
+		payloads  []events.Payload
+		err       error
+	)
+	l.r.proj.Peek(func(v *projections.State) {
+		seq, term = v.Seq, v.Term
+		if term > l.term {
+			return
+		}
+		payloads, err = decide(v)
+	})
+	if term > l.term {
+		l.lose(fmt.Sprintf("projection shows term %d > %d", term, l.term))
+		return ErrNotLeader
 	}
-	payloads, err := decide(v)
 	if err != nil || len(payloads) == 0 {
-		return v, err
+		return err
 	}
 	if fp != "" {
 		if err := l.r.cfg.Failpoints.Hit(ctx, fp); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	now := l.r.cfg.Clock.Now()
@@ -170,15 +182,15 @@ func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *pr
 	for i, p := range payloads {
 		evs[i] = events.Event{Term: l.term, Writer: l.r.cfg.ID, At: now, Data: p}
 	}
-	last, err := l.append(ctx, v.Seq, evs)
+	last, err := l.append(ctx, seq, evs)
 	if err != nil {
 		if errors.Is(err, events.ErrFenced) {
 			l.onFenced(ctx, err)
 		}
-		return nil, err
+		return err
 	}
 	l.lastWritten = last
-	return l.r.proj.WaitSeq(ctx, last)
+	return l.r.proj.AwaitSeq(ctx, last)
 }
 
 // append retries an append whose outcome is unknown with the same message
@@ -421,7 +433,7 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 
 func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
 	var existing *projections.Worker
-	v, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		if w, ok := v.WorkerByIncarnation(req.Incarnation); ok && w.Endpoint == req.Endpoint {
 			existing = &w
 			return nil, nil
@@ -435,7 +447,9 @@ func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest
 	}
 	w := existing
 	if w == nil {
-		got, ok := v.WorkerAt(req.Endpoint)
+		var got projections.Worker
+		var ok bool
+		l.r.proj.Peek(func(v *projections.State) { got, ok = v.WorkerAt(req.Endpoint) })
 		if !ok || got.Incarnation != req.Incarnation {
 			return unavailable(errors.New("registration not visible in the projection"))
 		}
@@ -448,7 +462,7 @@ func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest
 
 func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
 	var refused *client.Reply
-	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		if refused = l.owned(v, client.RPCActivate, ref); refused != nil {
 			return nil, nil
 		}
@@ -490,7 +504,7 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 // one registered by another incarnation is refused.
 func (l *leaderSession) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
 	var refused *client.Reply
-	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		refused = l.owned(v, client.RPCDeregister, ref)
 		if refused != nil {
 			if refused.Error.Code == client.CodeReregister {
@@ -533,7 +547,7 @@ func (l *leaderSession) expiryLoop(ctx context.Context) {
 
 func (l *leaderSession) expireOnce(ctx context.Context) error {
 	var expired []events.Payload
-	_, err := l.mutate(ctx, FPExpiryAfterCollect, func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, FPExpiryAfterCollect, func(v *projections.State) ([]events.Payload, error) {
 		expired = l.collectExpired(v)
 		return expired, nil
 	})

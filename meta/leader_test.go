@@ -230,7 +230,7 @@ func TestStaleDecisionIsFenced(t *testing.T) {
 	old.collectExpired(old.r.proj.View()) // first look sets deadlines
 	clk.Advance(11 * time.Second)
 
-	_, err := old.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := old.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		expired := old.collectExpired(v)
 		if len(expired) != 1 {
 			t.Fatalf("collected %v", expired)

@@ -78,7 +78,7 @@ func newSchedState() *schedState {
 
 // storeRegister handles store.register.
 func (l *leaderSession) storeRegister(ctx context.Context, req client.StoreRegisterRequest) client.Reply {
-	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		if st, ok := v.Stores[req.Store]; ok && st.Incarnation == req.Incarnation && st.RaftAddr == req.RaftAddr && st.State == events.StoreUp {
 			return nil, nil
 		}
@@ -110,7 +110,7 @@ func (l *leaderSession) storeHeartbeat(ctx context.Context, hb client.StoreHeart
 	l.sched.stores[hb.Store] = storeSeen{at: l.r.cfg.Clock.Now(), incarnation: hb.Incarnation, report: hb}
 	l.sched.mu.Unlock()
 	if st.State == events.StoreDown {
-		_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 			if s, ok := v.Stores[hb.Store]; !ok || s.State != events.StoreDown {
 				return nil, nil
 			}
@@ -127,7 +127,7 @@ func (l *leaderSession) storeHeartbeat(ctx context.Context, hb client.StoreHeart
 // meanwhile), or up again.
 func (l *leaderSession) storeDrain(ctx context.Context, req client.DrainRequest) client.Reply {
 	var missing bool
-	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		if _, ok := v.Stores[req.Store]; !ok {
 			missing = true
 			return nil, nil
@@ -168,7 +168,7 @@ func (l *leaderSession) scheduleLoop(ctx context.Context) {
 	defer wg.Wait()
 	// Operators left running by an earlier term are failed first: nobody
 	// drives them any more, and the shard is re-planned from fresh state.
-	if _, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	if err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		var out []events.Payload
 		for _, id := range sortedOps(v) {
 			op := v.Operators[id]
@@ -205,7 +205,7 @@ func (l *leaderSession) scheduleOnce(ctx context.Context, wg *sync.WaitGroup) er
 
 	// 1. Store liveness. A store the leader has not heard of yet gets a full
 	// timeout from now; draining until a deadline is never marked down.
-	_, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		var out []events.Payload
 		l.sched.mu.Lock()
 		defer l.sched.mu.Unlock()
@@ -232,12 +232,12 @@ func (l *leaderSession) scheduleOnce(ctx context.Context, wg *sync.WaitGroup) er
 	}
 
 	// 2. Membership observed by Raft that is newer than the projection.
-	if _, err := l.mutate(ctx, "", l.observed); err != nil {
+	if err := l.mutate(ctx, "", l.observed); err != nil {
 		return err
 	}
 
 	// 3. Bootstrap shards while there are fewer than wanted.
-	if _, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	if err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		if len(v.Shards) >= cfg.Shards {
 			return nil, nil
 		}
@@ -392,7 +392,7 @@ var errStep = errors.New("operator step failed")
 func (l *leaderSession) runOperator(ctx context.Context, shard, stale uint64) (err error) {
 	cfg := &l.r.cfg.Scheduler
 	var opID string
-	v, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	err = l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		sh, ok := v.Shards[shard]
 		if !ok || sh.Operator != "" {
 			return nil, fmt.Errorf("shard %d: nothing to do", shard)
@@ -409,7 +409,7 @@ func (l *leaderSession) runOperator(ctx context.Context, shard, stale uint64) (e
 		return err
 	}
 	lg := l.logger.With().Str("op", opID).Uint64("shard", shard).Logger()
-	lg.Info().Uint64("stale_replica", stale).Uint64("seq", v.Seq).Msg("operator started")
+	lg.Info().Uint64("stale_replica", stale).Msg("operator started")
 	defer func() {
 		var end events.Payload = events.OperatorFinished{Op: opID, Shard: shard}
 		if err != nil {
@@ -418,7 +418,7 @@ func (l *leaderSession) runOperator(ctx context.Context, shard, stale uint64) (e
 		} else {
 			lg.Info().Msg("operator finished")
 		}
-		if _, merr := l.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) { return []events.Payload{end}, nil }); merr != nil && err == nil {
+		if merr := l.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) { return []events.Payload{end}, nil }); merr != nil && err == nil {
 			err = merr
 		}
 	}()
@@ -530,7 +530,7 @@ func (l *leaderSession) removeStep(ctx context.Context, opID string, shard, repl
 	sctx, cancel := context.WithTimeout(ctx, cfg.StepTimeout)
 	defer cancel()
 	var store string
-	if _, err := l.mutate(sctx, "", func(v *projections.State) ([]events.Payload, error) {
+	if err := l.mutate(sctx, "", func(v *projections.State) ([]events.Payload, error) {
 		sh := v.Shards[shard]
 		store = sh.Members[replica]
 		return []events.Payload{events.ShardReplicaRemoving{Shard: shard, Replica: replica, Store: store, CCID: sh.CCID, Op: opID}}, nil
@@ -571,7 +571,7 @@ func (l *leaderSession) removeStep(ctx context.Context, opID string, shard, repl
 }
 
 func (l *leaderSession) recordRemoved(ctx context.Context, opID string, shard, replica uint64, store string, ccid uint64) error {
-	_, err := l.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
 		return []events.Payload{events.ShardReplicaRemoved{Shard: shard, Replica: replica, Store: store, CCID: ccid, Op: opID}}, nil
 	})
 	return err
@@ -581,7 +581,7 @@ func (l *leaderSession) addStep(ctx context.Context, opID string, shard uint64, 
 	cfg := &l.r.cfg.Scheduler
 	var replica uint64
 	var addr string
-	if _, err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	if err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		sh := v.Shards[shard]
 		for r := range sh.Members {
 			replica = max(replica, r)
@@ -634,7 +634,7 @@ func (l *leaderSession) addStep(ctx context.Context, opID string, shard uint64, 
 }
 
 func (l *leaderSession) recordAdded(ctx context.Context, opID string, shard, replica uint64, store string, ccid uint64) error {
-	_, err := l.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
+	err := l.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
 		return []events.Payload{events.ShardReplicaAdded{Shard: shard, Replica: replica, Store: store, CCID: ccid, Op: opID}}, nil
 	})
 	return err

@@ -60,7 +60,7 @@ func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 
 	// s3 drains until 1 min from now; s2 stops heartbeating: after the store
 	// timeout only s2 is down.
-	if _, err := l.mutate(ctx, "", func(v2 *projections.State) ([]events.Payload, error) {
+	if err := l.mutate(ctx, "", func(v2 *projections.State) ([]events.Payload, error) {
 		return []events.Payload{events.StoreState{Store: "s3", State: events.StoreDraining, Until: clk.Now().Add(time.Minute)}}, nil
 	}); err != nil {
 		t.Fatal(err)

@@ -147,19 +147,34 @@ func (p *Projector) WaitFor(ctx context.Context, cond func(*projections.State) b
 // WaitSeq blocks until the view has folded seq. It compares seqs while it
 // waits and makes a view only once, at the end.
 func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State, error) {
+	err := p.AwaitSeq(ctx, seq)
+	return p.View(), err
+}
+
+// AwaitSeq blocks until the state has folded seq, without making a view.
+func (p *Projector) AwaitSeq(ctx context.Context, seq uint64) error {
 	for {
 		p.mu.Lock()
 		cur, ch := p.state.Seq, p.changed
 		p.mu.Unlock()
 		if cur >= seq {
-			return p.View(), nil
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return p.View(), ctx.Err()
+			return ctx.Err()
 		case <-ch:
 		}
 	}
+}
+
+// Peek calls fn with the live state, holding the fold still meanwhile: fn
+// must be short, must not modify the state and must not keep it. It costs
+// no copy, unlike View.
+func (p *Projector) Peek(fn func(*projections.State)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn(p.state)
 }
 
 // CatchUp waits until the view has folded everything the log held when it
