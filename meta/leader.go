@@ -30,7 +30,6 @@ var ErrDisconnected = errors.New("NATS connection down")
 type leaderSession struct {
 	r      *Replica
 	term   uint64
-	ctx    context.Context
 	lose   func(reason string)
 	logger zerolog.Logger
 
@@ -47,9 +46,9 @@ type leaderSession struct {
 	sched *schedState
 }
 
-func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
+func (r *Replica) newLeaderSession(term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
-		r: r, term: term, ctx: ctx, lose: lose,
+		r: r, term: term, lose: lose,
 		logger:    r.log.With().Uint64("term", term).Logger(),
 		sem:       make(chan struct{}, 1),
 		deadlines: map[uint64]deadline{},

@@ -27,7 +27,6 @@ type Lease interface {
 	Acquire(ctx context.Context, holder string) (term uint64, err error)
 	Renew(ctx context.Context) error
 	Release(ctx context.Context) error
-	Holder(ctx context.Context) (holder string, term uint64, err error)
 }
 
 // LeaseKey is the key of the lease in its bucket.
@@ -131,16 +130,4 @@ func (l *KVLease) Release(ctx context.Context) error {
 		return nil
 	}
 	return l.kv.Purge(ctx, LeaseKey, jetstream.LastRevision(rev))
-}
-
-// Holder implements Lease.
-func (l *KVLease) Holder(ctx context.Context) (string, uint64, error) {
-	e, err := l.kv.Get(ctx, LeaseKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", 0, nil
-	}
-	if err != nil {
-		return "", 0, err
-	}
-	return string(e.Value()), e.Revision(), nil
 }

@@ -73,13 +73,3 @@ func (l *memLease) Release(context.Context) error {
 	l.rev = 0
 	return nil
 }
-
-func (l *memLease) Holder(context.Context) (string, uint64, error) {
-	s := l.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.holder == "" || !s.clock.Now().Before(s.expires) {
-		return "", 0, nil
-	}
-	return s.holder, s.rev, nil
-}

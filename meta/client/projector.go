@@ -128,22 +128,6 @@ func (p *Projector) Changed() <-chan struct{} {
 	return p.changed
 }
 
-// WaitFor blocks until cond holds for the view, and returns that view.
-func (p *Projector) WaitFor(ctx context.Context, cond func(*projections.State) bool) (*projections.State, error) {
-	for {
-		ch := p.Changed()
-		v := p.View()
-		if cond(v) {
-			return v, nil
-		}
-		select {
-		case <-ctx.Done():
-			return v, ctx.Err()
-		case <-ch:
-		}
-	}
-}
-
 // WaitSeq blocks until the view has folded seq. It compares seqs while it
 // waits and makes a view only once, at the end.
 func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State, error) {
