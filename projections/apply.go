@@ -366,13 +366,23 @@ func (s *State) shardCreated(d events.ShardCreated) Result {
 	return applied("shard %d with %d replicas", d.Shard, len(d.Replicas))
 }
 
-func (s *State) replicaAdding(ev events.Event, d events.ReplicaChange) Result {
+// changeTarget returns the shard a replica change applies to, or the
+// rejection when the shard is unknown or the replica id is 0.
+func (s *State) changeTarget(d events.ReplicaChange) (*Shard, Result, bool) {
 	sh, ok := s.Shards[d.Shard]
 	if !ok {
-		return invalid("unknown shard %d", d.Shard)
+		return nil, invalid("unknown shard %d", d.Shard), false
 	}
 	if d.Replica == 0 {
-		return invalid("replica id 0")
+		return nil, invalid("replica id 0"), false
+	}
+	return sh, Result{}, true
+}
+
+func (s *State) replicaAdding(ev events.Event, d events.ReplicaChange) Result {
+	sh, rejected, ok := s.changeTarget(d)
+	if !ok {
+		return rejected
 	}
 	if _, gone := sh.Removed[d.Replica]; gone {
 		return invalid("replica %d of shard %d was removed; ids are never reused", d.Replica, d.Shard)
@@ -391,12 +401,9 @@ func (s *State) replicaAdding(ev events.Event, d events.ReplicaChange) Result {
 }
 
 func (s *State) replicaAdded(d events.ReplicaChange) Result {
-	sh, ok := s.Shards[d.Shard]
+	sh, rejected, ok := s.changeTarget(d)
 	if !ok {
-		return invalid("unknown shard %d", d.Shard)
-	}
-	if d.Replica == 0 {
-		return invalid("replica id 0")
+		return rejected
 	}
 	if _, gone := sh.Removed[d.Replica]; gone {
 		return invalid("replica %d of shard %d was removed; ids are never reused", d.Replica, d.Shard)
@@ -435,12 +442,9 @@ func (s *State) replicaAdded(d events.ReplicaChange) Result {
 }
 
 func (s *State) replicaRemoving(ev events.Event, d events.ReplicaChange) Result {
-	sh, ok := s.Shards[d.Shard]
+	sh, rejected, ok := s.changeTarget(d)
 	if !ok {
-		return invalid("unknown shard %d", d.Shard)
-	}
-	if d.Replica == 0 {
-		return invalid("replica id 0")
+		return rejected
 	}
 	st, ok := sh.Members[d.Replica]
 	if !ok {
@@ -454,12 +458,9 @@ func (s *State) replicaRemoving(ev events.Event, d events.ReplicaChange) Result 
 }
 
 func (s *State) replicaRemoved(d events.ReplicaChange) Result {
-	sh, ok := s.Shards[d.Shard]
+	sh, rejected, ok := s.changeTarget(d)
 	if !ok {
-		return invalid("unknown shard %d", d.Shard)
-	}
-	if d.Replica == 0 {
-		return invalid("replica id 0")
+		return rejected
 	}
 	st, member := sh.Members[d.Replica]
 	if !member {
