@@ -43,25 +43,7 @@ func (c *cluster_) startMetaOn(nc *nats.Conn, id string, o metaOpts, lease time.
 // startWorkerOn is startWorker on a connection of the caller's.
 func (c *cluster_) startWorkerOn(nc *nats.Conn, endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	var w *client.Worker
-	agent, err := client.ListenAgent(endpoint, testLogger(c.t), func() client.WorkerRef { return w.Ref() })
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	w, err = client.NewWorker(nc, client.WorkerConfig{
-		Cluster: cluster, Incarnation: incarnation, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
-		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(c.t),
-	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &workerNode{agent: agent, w: w, cancel: cancel}
-	n.wg.Add(2)
-	go func() { defer n.wg.Done(); _ = agent.Run(ctx) }()
-	go func() { defer n.wg.Done(); _ = w.Run(ctx) }()
-	c.t.Cleanup(n.stop)
-	return n
+	return runWorker(c.t, nc, endpoint, incarnation, heartbeat)
 }
 
 // running reports whether the replica's Run is still going (it returns only

@@ -18,7 +18,6 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
-	"github.com/termlog/termlog/meta/client"
 )
 
 // natsCluster3 is a 3-node NATS cluster in this process, on loopback: every
@@ -212,25 +211,7 @@ func (h *appendHook) Append(ctx context.Context, expectedLast uint64, evs ...eve
 // connection dials urls.
 func (c *natsCluster3) startWorker(name, urls string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	var w *client.Worker
-	agent, err := client.ListenAgent(freePort(c.t), testLogger(c.t), func() client.WorkerRef { return w.Ref() })
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	w, err = client.NewWorker(c.connect(name, urls), client.WorkerConfig{
-		Cluster: cluster, Incarnation: name, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
-		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(c.t),
-	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &workerNode{agent: agent, w: w, cancel: cancel}
-	n.wg.Add(2)
-	go func() { defer n.wg.Done(); _ = agent.Run(ctx) }()
-	go func() { defer n.wg.Done(); _ = w.Run(ctx) }()
-	c.t.Cleanup(n.stop)
-	return n
+	return runWorker(c.t, c.connect(name, urls), freePort(c.t), name, heartbeat)
 }
 
 // streamLeader is the server name of stream's Raft leader ("" while there

@@ -192,24 +192,32 @@ type workerNode struct {
 
 func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
+	return runWorker(c.t, c.conn(), endpoint, incarnation, heartbeat)
+}
+
+// runWorker runs a worker process on a connection of the caller's: its
+// control-stream agent on endpoint, and the client that registers and
+// heartbeats. It crashes (no deregistration) when stopped.
+func runWorker(t *testing.T, nc *nats.Conn, endpoint, incarnation string, heartbeat time.Duration) *workerNode {
+	t.Helper()
 	var w *client.Worker
-	agent, err := client.ListenAgent(endpoint, testLogger(c.t), func() client.WorkerRef { return w.Ref() })
+	agent, err := client.ListenAgent(endpoint, testLogger(t), func() client.WorkerRef { return w.Ref() })
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	w, err = client.NewWorker(c.conn(), client.WorkerConfig{
+	w, err = client.NewWorker(nc, client.WorkerConfig{
 		Cluster: cluster, Incarnation: incarnation, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
-		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(c.t),
+		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(t),
 	})
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &workerNode{agent: agent, w: w, cancel: cancel}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); _ = agent.Run(ctx) }()
 	go func() { defer n.wg.Done(); _ = w.Run(ctx) }()
-	c.t.Cleanup(n.stop)
+	t.Cleanup(n.stop)
 	return n
 }
 
