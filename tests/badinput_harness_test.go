@@ -18,34 +18,6 @@ import (
 	"github.com/termlog/termlog/replay"
 )
 
-// reconnectingConn opens a connection that never gives up reconnecting and
-// retries every 100 ms, as the termlog roles' connections do
-// (nats.MaxReconnects(-1)). c.conn() keeps the nats.go defaults: 60 tries
-// 2 s apart, which survive a 10 s outage but come back up to 2 s late.
-func (c *cluster_) reconnectingConn(name string) *nats.Conn {
-	c.t.Helper()
-	nc, err := c.srv.Connect(nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		c.t.Fatalf("connect %s: %v", name, err)
-	}
-	c.t.Cleanup(nc.Close)
-	return nc
-}
-
-// startMetaOn is startMeta on a connection of the caller's and with a lease
-// of the caller's.
-func (c *cluster_) startMetaOn(nc *nats.Conn, id string, o metaOpts, lease time.Duration) *metaNode {
-	c.t.Helper()
-	o.lease = lease
-	return runMeta(c.t, nc, c.openLog(nc), id, o)
-}
-
-// startWorkerOn is startWorker on a connection of the caller's.
-func (c *cluster_) startWorkerOn(nc *nats.Conn, endpoint, incarnation string, heartbeat time.Duration) *workerNode {
-	c.t.Helper()
-	return runWorker(c.t, nc, endpoint, incarnation, heartbeat)
-}
-
 // running reports whether the replica's Run is still going (it returns only
 // when stopped; a panic would have ended the test binary).
 func (m *metaNode) running() bool {

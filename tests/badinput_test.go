@@ -292,16 +292,16 @@ func TestImpersonatedWorkerRefused(t *testing.T) {
 func TestNATSOutage(t *testing.T) {
 	const lease = 9 * time.Second
 	c := newClusterOnPort(t)
-	opts := metaOpts{workerTimeout: 2 * time.Second, expiry: 100 * time.Millisecond}
+	opts := metaOpts{workerTimeout: 2 * time.Second, expiry: 100 * time.Millisecond, lease: lease}
 	var nodes []*metaNode
 	for i := range 3 {
 		id := fmt.Sprintf("meta-%d", i+1)
-		nodes = append(nodes, c.startMetaOn(c.reconnectingConn(id), id, opts, lease))
+		nodes = append(nodes, c.startMeta(id, opts))
 	}
 	var workers []*workerNode
 	for i := range 3 {
 		name := fmt.Sprintf("w%d", i+1)
-		workers = append(workers, c.startWorkerOn(c.reconnectingConn(name), freePort(t), name, 100*time.Millisecond))
+		workers = append(workers, c.startWorker(freePort(t), name, 100*time.Millisecond))
 	}
 	eventually(t, 20*time.Second, "3 running workers and a recovered leader", func() bool {
 		l, term := leaderOf(nodes...)

@@ -81,9 +81,11 @@ func portOf(url string) int {
 	return p
 }
 
+// conn opens a connection like the termlog roles': it never gives up
+// reconnecting and never buffers a publish while reconnecting.
 func (c *cluster_) conn() *nats.Conn {
 	c.t.Helper()
-	nc, err := c.srv.Connect()
+	nc, err := c.srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		c.t.Fatalf("connect: %v", err)
 	}
