@@ -25,6 +25,9 @@ type StoreConfig struct {
 	Cluster string     // default "termlog"
 	NC      *nats.Conn // store RPCs to meta and the executor subject
 	Log     events.Log // the event stream, projected by the store itself
+	// Snapshots, if set, is where the store's projection starts from: the
+	// newest usable snapshot, then the events after it.
+	Snapshots events.SnapshotStore
 	// Heartbeat is the interval of heartbeats to meta; default 500ms.
 	Heartbeat time.Duration
 	// Resync is the reconciler's re-plan period; default 500ms.
@@ -74,7 +77,11 @@ func OpenStore(cfg StoreConfig) (*Store, error) {
 		return nil, err
 	}
 	lg := cfg.Logger.With().Str("store", cfg.Host.StoreID).Logger()
-	proj := client.NewProjector(cfg.Log, lg, cfg.Clock)
+	var opts []client.ProjectorOption
+	if cfg.Snapshots != nil {
+		opts = append(opts, client.WithSnapshots(cfg.Snapshots))
+	}
+	proj := client.NewProjector(cfg.Log, lg, cfg.Clock, opts...)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), logger: lg}

@@ -42,9 +42,19 @@ type Config struct {
 	AppendTimeout  time.Duration // one append attempt, default 2s
 	ControlDialer  func(ctx context.Context, endpoint string) (ControlConn, error)
 	Scheduler      SchedulerConfig
-	Clock          clock.Clock
-	Logger         zerolog.Logger
-	Failpoints     *failpoint.Set
+	// Snapshots, when set, is where the replica's projection starts from
+	// (the newest usable snapshot) and where, while it leads, it stores a
+	// snapshot of its projection every SnapshotEvery events and on clean
+	// shutdown (see snapshot.go). Nil: no snapshots.
+	Snapshots events.SnapshotStore
+	// SnapshotEvery is the number of events between snapshots; default
+	// DefaultSnapshotEvery; negative: only on clean shutdown.
+	SnapshotEvery int
+	// SnapshotKeep is the number of newest snapshots kept; default 3.
+	SnapshotKeep int
+	Clock        clock.Clock
+	Logger       zerolog.Logger
+	Failpoints   *failpoint.Set
 }
 
 func (c *Config) defaults() error {
@@ -71,6 +81,12 @@ func (c *Config) defaults() error {
 	}
 	if c.AppendTimeout <= 0 {
 		c.AppendTimeout = 2 * time.Second
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.SnapshotKeep <= 0 {
+		c.SnapshotKeep = DefaultSnapshotKeep
 	}
 	if c.ControlDialer == nil {
 		c.ControlDialer = DialControl
@@ -117,7 +133,7 @@ func New(cfg Config) (*Replica, error) {
 	return &Replica{
 		cfg:      cfg,
 		log:      lg,
-		proj:     client.NewProjector(cfg.Log, lg, cfg.Clock),
+		proj:     client.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
 		stepDown: make(chan struct{}, 1),
 	}, nil
 }
@@ -256,6 +272,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
 		start("schedule", l.scheduleLoop)
+		start("snapshot", func(lctx context.Context) { l.snapshotLoop(lctx, ctx) })
 	}
 
 	<-lctx.Done()

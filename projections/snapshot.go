@@ -38,8 +38,15 @@ func (s *State) Hash() string {
 
 // EncodeSnapshot encodes the state with its hash.
 func (s *State) EncodeSnapshot() []byte {
-	b, _ := json.Marshal(snapshot{Format: SnapshotFormat, Hash: s.Hash(), State: s})
+	b, _ := s.EncodeSnapshotHash()
 	return b
+}
+
+// EncodeSnapshotHash encodes the state with its hash, and returns the hash.
+func (s *State) EncodeSnapshotHash() ([]byte, string) {
+	h := s.Hash()
+	b, _ := json.Marshal(snapshot{Format: SnapshotFormat, Hash: h, State: s})
+	return b, h
 }
 
 // ErrBadSnapshot is wrapped by every DecodeSnapshot error.
@@ -47,31 +54,52 @@ var ErrBadSnapshot = errors.New("bad snapshot")
 
 // DecodeSnapshot decodes a snapshot and verifies its format, hash and invariants.
 func DecodeSnapshot(b []byte) (*State, error) {
+	s, _, err := decodeSnapshot(b)
+	return s, err
+}
+
+// DecodeSnapshotAt is DecodeSnapshot for a snapshot recorded as the state
+// after seq with hash: it also fails (wrapping ErrBadSnapshot) when the
+// snapshot is another state.
+func DecodeSnapshotAt(b []byte, seq uint64, hash string) (*State, error) {
+	s, h, err := decodeSnapshot(b)
+	switch {
+	case err != nil:
+		return nil, err
+	case h != hash:
+		return nil, fmt.Errorf("%w: recorded hash %s, the snapshot's state hashes to %s", ErrBadSnapshot, hash, h)
+	case s.Seq != seq:
+		return nil, fmt.Errorf("%w: recorded at seq %d, the snapshot's state is at seq %d", ErrBadSnapshot, seq, s.Seq)
+	}
+	return s, nil
+}
+
+func decodeSnapshot(b []byte) (*State, string, error) {
 	var snap snapshot
 	if err := json.Unmarshal(b, &snap); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		return nil, "", fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
 	if snap.Format != SnapshotFormat {
-		return nil, fmt.Errorf("%w: format %d, this build reads %d", ErrBadSnapshot, snap.Format, SnapshotFormat)
+		return nil, "", fmt.Errorf("%w: format %d, this build reads %d", ErrBadSnapshot, snap.Format, SnapshotFormat)
 	}
 	if snap.State == nil {
-		return nil, fmt.Errorf("%w: no state", ErrBadSnapshot)
+		return nil, "", fmt.Errorf("%w: no state", ErrBadSnapshot)
 	}
 	s := snap.State
 	s.init()
 	for id, w := range s.Workers {
 		if w == nil {
-			return nil, fmt.Errorf("%w: worker %d is null", ErrBadSnapshot, id)
+			return nil, "", fmt.Errorf("%w: worker %d is null", ErrBadSnapshot, id)
 		}
 	}
 	for id, st := range s.Stores {
 		if st == nil {
-			return nil, fmt.Errorf("%w: store %s is null", ErrBadSnapshot, id)
+			return nil, "", fmt.Errorf("%w: store %s is null", ErrBadSnapshot, id)
 		}
 	}
 	for id, sh := range s.Shards {
 		if sh == nil {
-			return nil, fmt.Errorf("%w: shard %d is null", ErrBadSnapshot, id)
+			return nil, "", fmt.Errorf("%w: shard %d is null", ErrBadSnapshot, id)
 		}
 		if sh.Members == nil {
 			sh.Members = map[uint64]string{}
@@ -79,14 +107,15 @@ func DecodeSnapshot(b []byte) (*State, error) {
 	}
 	for id, op := range s.Operators {
 		if op == nil {
-			return nil, fmt.Errorf("%w: operator %s is null", ErrBadSnapshot, id)
+			return nil, "", fmt.Errorf("%w: operator %s is null", ErrBadSnapshot, id)
 		}
 	}
-	if h := s.Hash(); h != snap.Hash {
-		return nil, fmt.Errorf("%w: hash %s does not match its state (%s)", ErrBadSnapshot, snap.Hash, h)
+	h := s.Hash()
+	if h != snap.Hash {
+		return nil, "", fmt.Errorf("%w: hash %s does not match its state (%s)", ErrBadSnapshot, snap.Hash, h)
 	}
 	if err := s.CheckInvariants(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		return nil, "", fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
-	return s, nil
+	return s, h, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -68,6 +69,12 @@ type Options struct {
 	Diag io.Writer
 	// Now is the clock for progress reports; nil is time.Now.
 	Now func() time.Time
+	// Snapshots, when set and the Source is a Seeker (the live stream),
+	// lets the modes SnapshotSound allows start from the newest usable
+	// snapshot at or below the seq they want and fold only the events after
+	// it. A snapshot that cannot be used is reported on Diag and passed
+	// over; with none usable the replay folds from seq 1.
+	Snapshots events.SnapshotStore
 }
 
 // Filter selects timeline events; every field set must match. The zero
@@ -210,6 +217,11 @@ func Run(ctx context.Context, src Source, o Options, out io.Writer) error {
 	}
 	w := bufio.NewWriter(out)
 	r := &runner{o: o, f: NewFolder(), out: w}
+	sk, seeks := src.(Seeker)
+	from := uint64(1)
+	if o.Snapshots != nil && seeks && SnapshotSound(o) {
+		r.f, from, r.snap = startFromSnapshot(ctx, o)
+	}
 	if !o.Follow {
 		r.prog = newProgress(o.Diag, o.Now, "replay")
 	}
@@ -223,6 +235,8 @@ func Run(ctx context.Context, src Source, o Options, out io.Writer) error {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = nil
 		}
+	} else if from > 1 {
+		err = sk.ReadFrom(ctx, from, r.item)
 	} else {
 		err = src.Read(ctx, r.item)
 	}
@@ -258,6 +272,8 @@ type runner struct {
 	byWriter map[string]uint64
 	// ModeDiff
 	from *projections.State
+	// snap is the snapshot the fold started from, if any.
+	snap *events.SnapshotInfo
 }
 
 func (r *runner) printf(format string, a ...any) {
@@ -406,16 +422,21 @@ func (r *runner) finish() error {
 }
 
 type stateJSON struct {
-	Hash  string             `json:"hash"`
-	State *projections.State `json:"state"`
+	Hash string `json:"hash"`
+	// FromSnapshot is the snapshot the fold started from (absent: seq 1).
+	FromSnapshot *events.SnapshotInfo `json:"from_snapshot,omitempty"`
+	State        *projections.State   `json:"state"`
 }
 
 func (r *runner) printState(s *projections.State) {
 	if r.o.JSON {
-		r.printJSON(stateJSON{Hash: s.Hash(), State: s})
+		r.printJSON(stateJSON{Hash: s.Hash(), FromSnapshot: r.snap, State: s})
 		return
 	}
 	r.printf("%shash %s\n", s.Render(), s.Hash())
+	if r.snap != nil {
+		r.printf("from snapshot %s at seq %d, then %d events folded\n", r.snap.Name, r.snap.Seq, r.f.Count())
+	}
 }
 
 // check verifies the invariants after st and the step rules across it.

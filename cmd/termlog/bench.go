@@ -23,6 +23,7 @@ baseline on the same server:
 
   fold       Apply and DecodeApply events/s vs plain JSON decoding of the same bytes
   replay     Log.Read + fold and a Projector catching up vs a raw ordered consumer
+  catchup    a new replica's Projector catching up from a snapshot vs from seq 1
   append     fenced appends (CAS, one at a time) vs raw sync and async publish; p50/p99
   register   N workers registering at once against 3 meta replicas vs a trivial responder
   heartbeat  leader CPU and p99 reply latency with N workers at 1 Hz vs a trivial responder
@@ -70,7 +71,7 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	f.StringVar(&out, "out", "", "write the report to this file instead of stdout")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers for register, heartbeat, failover and memory (target size: 10000)")
-	f.IntVar(&cfg.Events, "events", cfg.Events, "events for fold and replay (target size: 1000000)")
+	f.IntVar(&cfg.Events, "events", cfg.Events, "events for fold, replay and catchup (target size: 1000000)")
 	f.IntVar(&cfg.Appends, "appends", 0, "appends in each append series (default min(--events, 10000))")
 	f.StringVar(&only, "only", "", "comma-separated groups to run: "+strings.Join(bench.Groups(), ","))
 	f.DurationVar(&cfg.HeartbeatFor, "heartbeat-for", cfg.HeartbeatFor, "heartbeat measuring window (once for the leader, once for the baseline)")

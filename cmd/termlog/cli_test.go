@@ -220,6 +220,33 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	if err != nil || strings.Count(out, "term.started") < 2 {
 		t.Fatalf("term history after restart: %v\n%s", err, out)
 	}
+	// The first up's leader stored a snapshot on its clean shutdown; status
+	// and replay of a seq start from it and agree with a full fold.
+	if si := second.FromSnapshot; si == nil || si.Seq < first.Seq || si.Seq >= second.Seq {
+		t.Fatalf("status after restart: from snapshot %+v, want one between seq %d and %d", si, first.Seq, second.Seq)
+	}
+	type stateDoc struct {
+		Hash         string          `json:"hash"`
+		FromSnapshot json.RawMessage `json:"from_snapshot"`
+	}
+	var hashes []string
+	for _, extra := range []string{"--state", "--no-snapshot"} {
+		cmd := exec.Command(bin, "replay", "--until-seq", fmt.Sprint(second.Seq), "--json", extra, "--nats", url)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var doc stateDoc
+		if err != nil || json.Unmarshal(out, &doc) != nil {
+			t.Fatalf("replay --until-seq %d %s: %v\n%s\n%s", second.Seq, extra, err, out, stderr.String())
+		}
+		if fromSnap := len(doc.FromSnapshot) > 0; fromSnap != (extra != "--no-snapshot") || fromSnap != strings.Contains(stderr.String(), "starting from snapshot") {
+			t.Fatalf("replay --until-seq %d %s: from snapshot %s, stderr %q", second.Seq, extra, doc.FromSnapshot, stderr.String())
+		}
+		hashes = append(hashes, doc.Hash)
+	}
+	if hashes[0] != hashes[1] || hashes[0] == "" {
+		t.Fatalf("replay from a snapshot: hash %s, from seq 1: %s", hashes[0], hashes[1])
+	}
 	p2.stop(t)
 	if _, err := os.Stat(filepath.Join(data, "nats")); err != nil {
 		t.Fatalf("data dir: %v", err)

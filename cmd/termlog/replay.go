@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -38,6 +39,7 @@ type replayFlags struct {
 	toSeq       uint64
 	fromTime    string
 	toTime      string
+	noSnapshot  bool
 }
 
 func newReplay(g *globals) *cobra.Command {
@@ -58,6 +60,9 @@ Default: the timeline, one line per event with the fold's outcome (filters:
   --check                          invariants after every event; non-zero exit at the first violation
   --diff A..B                      what changed between the state after seq A and after seq B
 --json prints JSON (a line per event for timelines, a document otherwise).
+The state at a seq and a diff of the live stream start from the newest usable
+snapshot at or below the seq they need and fold only the events after it
+(--no-snapshot folds from seq 1); the other modes need every event.
 Progress of long replays goes to stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
@@ -83,6 +88,7 @@ Progress of long replays goes to stderr.`,
 	fl.Uint64Var(&f.toSeq, "to-seq", 0, "timeline: up to this seq")
 	fl.StringVar(&f.fromTime, "from-time", "", "timeline: events at or after this RFC3339 time")
 	fl.StringVar(&f.toTime, "to-time", "", "timeline: events at or before this RFC3339 time")
+	fl.BoolVar(&f.noSnapshot, "no-snapshot", false, "state and diff of the live stream: fold from seq 1 instead of starting from the newest usable snapshot")
 	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
 	return cmd
 }
@@ -163,12 +169,15 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		defer fh.Close()
 		src = replay.JSONL(fh)
 	} else {
-		l, closeLog, err := openStream(ctx, g, "termlog-replay")
+		nc, l, err := connectStream(ctx, g, "termlog-replay")
 		if err != nil {
 			return err
 		}
-		defer closeLog()
+		defer nc.Close()
 		src = replay.Stream(l)
+		if !f.noSnapshot && replay.SnapshotSound(o) {
+			o.Snapshots = bindSnapshots(ctx, l, cmd.ErrOrStderr())
+		}
 	}
 	err = replay.Run(ctx, src, o, cmd.OutOrStdout())
 	var de *events.DecodeError
@@ -176,6 +185,21 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		return fmt.Errorf("%s: %w; --skip-corrupt folds the line as a corrupt event and reads on", f.file, err)
 	}
 	return err
+}
+
+// bindSnapshots binds the cluster's snapshot bucket for a replay; nil when
+// there is none (reported on diag unless it simply does not exist).
+func bindSnapshots(ctx context.Context, l *natslog.Log, diag io.Writer) events.SnapshotStore {
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := natslog.BindSnapshots(octx, l)
+	switch {
+	case err == nil:
+		return s
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
+		fmt.Fprintf(diag, "replay: warning: %v; folding from seq 1\n", err)
+	}
+	return nil
 }
 
 func newReplayExport(g *globals) *cobra.Command {

@@ -144,6 +144,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	f.IntVar(&o.shards, "shards", 0, "Raft shards the scheduler keeps (3 replicas each) once 3 stores are up")
 	f.DurationVar(&o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
+	snapshotFlag(f, &o.snapEvery)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "stepdown",
 		Short: "Ask the current meta leader to give up its lease (another replica takes over)",
@@ -205,6 +206,7 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 func newLogstoreCmd(g *globals) *cobra.Command {
 	o := upOpts{}
 	var id, addr, data string
+	useSnaps := true
 	cmd := &cobra.Command{
 		Use:   "logstore",
 		Short: "Run one log store (a dragonboat NodeHost whose replicas follow the projected membership)",
@@ -230,10 +232,18 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := logstore.OpenStore(logstore.StoreConfig{
+			snaps, err := openSnapshots(octx, log, useSnaps)
+			if err != nil {
+				return err
+			}
+			scfg := logstore.StoreConfig{
 				Host:    logstore.Config{StoreID: id, DataDir: data, RaftAddr: addr, LogDB: o.logDB},
 				Cluster: g.cluster, NC: nc, Log: log, Logger: lg,
-			})
+			}
+			if snaps != nil {
+				scfg.Snapshots = snaps
+			}
+			st, err := logstore.OpenStore(scfg)
 			if err != nil {
 				return err
 			}
@@ -247,6 +257,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 	f.StringVar(&data, "data", "termlog-store", "data directory")
 	f.StringVar(&o.logDB, "logdb", "tiny", "LogDB profile: tiny or default")
 	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level")
+	f.BoolVar(&useSnaps, "snapshots", true, "start the store's projection from the newest usable snapshot in <cluster>_snapshots")
 	return cmd
 }
 

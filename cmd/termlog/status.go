@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
@@ -33,21 +36,32 @@ type Status struct {
 	Shards      []projections.Shard   `json:"shards"`
 	Counters    projections.Counters  `json:"counters"`
 	Anomalies   []projections.Anomaly `json:"anomalies"`
+	// FromSnapshot is the snapshot the fold started from (absent: seq 1).
+	FromSnapshot *events.SnapshotInfo `json:"from_snapshot,omitempty"`
 }
 
-func loadStatus(ctx context.Context, nc *nats.Conn, lc natslog.Config) (Status, error) {
+// loadStatus folds the stream, from the newest usable snapshot when the
+// cluster has a snapshot bucket (snapshots passed over are logged to logger).
+func loadStatus(ctx context.Context, nc *nats.Conn, lc natslog.Config, logger zerolog.Logger) (Status, error) {
 	cluster := lc.Cluster
 	lg, err := natslog.Open(ctx, nc, lc)
 	if err != nil {
 		return Status{}, err
 	}
-	st, err := client.Load(ctx, lg)
+	var store events.SnapshotStore
+	if snaps, err := natslog.BindSnapshots(ctx, lg); err == nil {
+		store = snaps
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
+	}
+	st, origin, err := client.LoadFrom(ctx, lg, store, logger)
 	if err != nil {
 		return Status{}, err
 	}
 	s := Status{
 		Cluster: cluster, Seq: st.Seq, Term: st.Term, Leader: st.Leader, At: st.At, Hash: st.Hash(),
 		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
+		FromSnapshot: origin.Snapshot,
 	}
 	if js, err := jetstream.New(nc); err == nil {
 		if kv, err := js.KeyValue(ctx, meta.LeaseBucket(cluster)); err == nil {
@@ -65,6 +79,9 @@ func printStatus(w io.Writer, s Status) {
 		holder = "none (no leader holds the lease)"
 	}
 	fmt.Fprintf(w, "cluster %s  seq %d  term %d  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, s.Term, s.Leader, holder, s.Hash)
+	if si := s.FromSnapshot; si != nil {
+		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
+	}
 	fmt.Fprintf(w, "workers (%d):\n", len(s.Workers))
 	for _, wk := range s.Workers {
 		fmt.Fprintf(w, "  %-4d %-22s %-9s epoch %-6d %s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
@@ -121,7 +138,12 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return loadStatus(ctx, nc, g.logConfig())
+	lg, err := g.logger()
+	if err != nil {
+		return Status{}, err
+	}
+	// Only snapshots passed over are worth a line next to the answer.
+	return loadStatus(ctx, nc, g.logConfig(), lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
 }
 
 func newStatus(g *globals) *cobra.Command {

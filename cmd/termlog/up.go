@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
@@ -40,6 +41,9 @@ type upOpts struct {
 	timeout  time.Duration
 	interval time.Duration
 	replicas int // of the stream and the lease bucket
+	// snapEvery is the meta leader's snapshot interval in events (0: no
+	// snapshots are read or written).
+	snapEvery int
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -69,6 +73,7 @@ The data directory survives: running up again resumes the same stream.`,
 	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
 	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	f.DurationVar(&o.interval, "status-every", time.Second, "status line interval")
+	snapshotFlag(f, &o.snapEvery)
 	return cmd
 }
 
@@ -289,11 +294,20 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if err != nil {
 		return nil, err
 	}
-	return meta.New(meta.Config{
+	snaps, err := openSnapshots(octx, log, o.snapEvery != 0)
+	if err != nil {
+		return nil, err
+	}
+	cfg := meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps,
-		Scheduler: meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
-	})
+		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
+		SnapshotEvery: o.snapEvery,
+	}
+	if snaps != nil {
+		cfg.Snapshots = snaps
+	}
+	return meta.New(cfg)
 }
 
 func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
@@ -307,10 +321,18 @@ func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o u
 	if err != nil {
 		return nil, err
 	}
-	return logstore.OpenStore(logstore.StoreConfig{
+	snaps, err := openSnapshots(octx, log, o.snapEvery != 0)
+	if err != nil {
+		return nil, err
+	}
+	cfg := logstore.StoreConfig{
 		Host:    logstore.Config{StoreID: id, DataDir: dir, RaftAddr: addr, LogDB: o.logDB},
 		Cluster: cluster, NC: nc, Log: log, Logger: lg,
-	})
+	}
+	if snaps != nil {
+		cfg.Snapshots = snaps
+	}
+	return logstore.OpenStore(cfg)
 }
 
 // raftAddr keeps a store's Raft address across restarts of up: it is the
@@ -356,4 +378,19 @@ func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster
 	go func() { defer wg.Done(); _ = agent.Run(ctx) }()
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	return nil
+}
+
+// snapshotFlag is --snapshot-every of up and meta.
+func snapshotFlag(f *pflag.FlagSet, every *int) {
+	f.IntVar(every, "snapshot-every", meta.DefaultSnapshotEvery,
+		"the meta leader stores a snapshot of its projection every N events and on clean shutdown, in the object store <cluster>_snapshots; replicas and stores start from the newest one (0: no snapshots)")
+}
+
+// openSnapshots opens the snapshot bucket next to log, or returns nil when
+// snapshots are off.
+func openSnapshots(ctx context.Context, log *natslog.Log, on bool) (*natslog.Snapshots, error) {
+	if !on {
+		return nil, nil
+	}
+	return natslog.OpenSnapshots(ctx, log)
 }

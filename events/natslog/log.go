@@ -328,6 +328,15 @@ func isWrongLastSeq(err error) bool {
 const infoAttempt = time.Second
 
 func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
+	info, err := l.info(ctx)
+	if err != nil {
+		return jetstream.StreamState{}, err
+	}
+	return info.State, nil
+}
+
+// info reads the stream's info, asking again while it is not answered.
+func (l *Log) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
 	for {
@@ -335,14 +344,14 @@ func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
 		info, err := l.stream.Info(actx)
 		acancel()
 		if err == nil {
-			return info.State, nil
+			return info, nil
 		}
 		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 		if !unanswered || ctx.Err() != nil || l.nc.IsClosed() {
-			return jetstream.StreamState{}, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
+			return nil, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
 		}
 		if werr := wait(ctx, restartBackoffMin); werr != nil {
-			return jetstream.StreamState{}, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
+			return nil, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
 		}
 	}
 }

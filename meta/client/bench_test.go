@@ -10,7 +10,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/eventgen"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
 )
 
 // The Projector folding an in-memory log: what a replica pays per event
@@ -114,4 +116,48 @@ func BenchmarkLoad(b *testing.B) {
 		b.Fatalf("load: %+v", st.Counters)
 	}
 	b.ReportMetric(float64(st.Seq)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkCatchUpSnapshot: a new replica's Projector catching up with a
+// 100,000-event stream (the generated mix), from a snapshot 9,999 events
+// behind the tail (the worst case with the default snapshot interval) and
+// from seq 1. One op is one fresh projector from start to caught up.
+func BenchmarkCatchUpSnapshot(b *testing.B) {
+	const m, tail = 100_000, 9_999
+	mix, err := eventgen.Mix(m, 10_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := events.NewMemLog()
+	if _, err := log.Append(context.Background(), 0, mix.Events...); err != nil {
+		b.Fatal(err)
+	}
+	st := projections.New()
+	for _, ev := range mix.Events[:m-tail] {
+		st.Apply(ev)
+	}
+	store := events.NewMemSnapshots(log)
+	data, hash := st.EncodeSnapshotHash()
+	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: st.Seq, Term: st.Term, Hash: hash}, data); err != nil {
+		b.Fatal(err)
+	}
+	run := func(b *testing.B, folded uint64, opts ...client.ProjectorOption) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p := client.NewProjector(log, zerolog.Nop(), nil, opts...)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = p.Run(ctx) }()
+			_, err := p.CatchUp(ctx)
+			cancel()
+			wg.Wait()
+			if o := p.Origin(); err != nil || o.Folded != folded {
+				b.Fatalf("caught up folding %d events, want %d: %v", o.Folded, folded, err)
+			}
+		}
+		b.ReportMetric(float64(m)*float64(b.N)/b.Elapsed().Seconds(), "stream-events/s")
+	}
+	b.Run("snapshot", func(b *testing.B) { run(b, tail, client.WithSnapshots(store)) })
+	b.Run("full", func(b *testing.B) { run(b, m) })
 }

@@ -30,24 +30,32 @@ type Projector struct {
 	changed chan struct{}      // closed and replaced on every change
 	lastErr error
 	healthy bool
+
+	snaps  events.SnapshotStore // nil: always fold from the state given
+	origin Origin
 }
 
 // NewProjector returns a projector over log starting from an empty state.
-func NewProjector(log events.Log, logger zerolog.Logger, clk clock.Clock) *Projector {
-	return NewProjectorFrom(log, projections.New(), logger, clk)
+func NewProjector(log events.Log, logger zerolog.Logger, clk clock.Clock, opts ...ProjectorOption) *Projector {
+	return NewProjectorFrom(log, projections.New(), logger, clk, opts...)
 }
 
 // NewProjectorFrom starts from a state (a snapshot) and folds what follows it.
-func NewProjectorFrom(log events.Log, st *projections.State, logger zerolog.Logger, clk clock.Clock) *Projector {
+func NewProjectorFrom(log events.Log, st *projections.State, logger zerolog.Logger, clk clock.Clock, opts ...ProjectorOption) *Projector {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Projector{log: log, logger: logger, clock: clk, state: st, changed: make(chan struct{})}
+	p := &Projector{log: log, logger: logger, clock: clk, state: st, changed: make(chan struct{})}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 // Run folds the log until ctx is done. When the log cannot be read it logs,
 // reports itself unhealthy and retries with backoff; it never gives up.
 func (p *Projector) Run(ctx context.Context) error {
+	p.startFromSnapshot(ctx)
 	backoff := 50 * time.Millisecond
 	for {
 		from := p.Seq() + 1
@@ -82,6 +90,7 @@ func (p *Projector) setErr(err error) {
 func (p *Projector) apply(rec events.Record) {
 	p.mu.Lock()
 	r := p.state.ApplyRecord(rec)
+	p.origin.Folded++
 	p.view = nil
 	p.healthy = true
 	p.lastErr = nil
@@ -177,12 +186,6 @@ var ErrNotProjected = errors.New("event stream not projected")
 // Load folds a log from an empty state up to its tail and returns the state:
 // the one-shot read used by status and worker list.
 func Load(ctx context.Context, log events.Log) (*projections.State, error) {
-	st := projections.New()
-	if err := log.Read(ctx, 1, func(rec events.Record) error {
-		st.ApplyRecord(rec)
-		return nil
-	}); err != nil {
-		return nil, errors.Join(ErrNotProjected, err)
-	}
-	return st, nil
+	st, _, err := LoadFrom(ctx, log, nil, zerolog.Nop())
+	return st, err
 }

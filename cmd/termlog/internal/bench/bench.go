@@ -31,6 +31,7 @@ import (
 const (
 	GroupFold      = "fold"
 	GroupReplay    = "replay"
+	GroupCatchUp   = "catchup"
 	GroupAppend    = "append"
 	GroupRegister  = "register"
 	GroupHeartbeat = "heartbeat"
@@ -40,7 +41,7 @@ const (
 
 // Groups lists every figure group in run order.
 func Groups() []string {
-	return []string{GroupFold, GroupReplay, GroupAppend, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
+	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
 }
 
 // Config sizes a run. Zero fields take the defaults (Defaults).
@@ -237,7 +238,9 @@ type run struct {
 	dir string
 	env *env      // the embedded server, started on first use
 	wl  *workload // the fold and replay workload, made on first use
-	rep *Report
+	// replayFilled: the replay stream holds the workload.
+	replayFilled bool
+	rep          *Report
 }
 
 // profile runs f, writing a CPU profile of it to ProfileDir/name.pprof when
@@ -344,6 +347,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{GroupMemory, r.memory},
 		{GroupFold, r.fold},
 		{GroupReplay, r.replay},
+		{GroupCatchUp, r.catchUp},
 		{GroupAppend, r.appends},
 		{GroupRegister + "+", r.cluster}, // register, heartbeat and failover share one cluster
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -33,21 +34,15 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	log, err := openLog(ctx, nc, replayCluster)
-	if err != nil {
-		return err
-	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	n := len(w.bodies)
-	r.progress("replay: publishing %d events into stream %s", n, log.Stream())
-	took, err := fill(ctx, js, log, w.events, w.bodies)
+	log, err := r.replayLog(ctx, nc, js, "replay")
 	if err != nil {
 		return err
 	}
-	r.progress("replay: published %d events in %s (%.0f events/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	n := len(w.bodies)
 	bound := r.cfg.PhaseTimeout
 
 	// Baseline: a raw ordered consumer reading the same stream.
@@ -97,20 +92,18 @@ func (r *run) replay(ctx context.Context) error {
 	// A Projector catching up as a new leader does (CatchUp = Tail +
 	// WaitSeq), and the same Projector with nobody waiting on it.
 	runtime.GC()
-	var (
-		waited   time.Duration
-		wseq     uint64
-		wpartial bool
-	)
-	r.profile("replay.projector", func() { waited, wseq, wpartial, err = projectorCatchUp(ctx, log, n, bound, true) })
+	var waitedR catchUpResult
+	r.profile("replay.projector", func() { waitedR, err = projectorCatchUp(ctx, log, n, bound, true) })
 	if err != nil {
 		return err
 	}
+	waited, wseq, wpartial := waitedR.took, waitedR.seq, waitedR.partial
 	runtime.GC()
-	polled, _, ppartial, err := projectorCatchUp(ctx, log, n, bound, false)
+	polledR, err := projectorCatchUp(ctx, log, n, bound, false)
 	if err != nil {
 		return err
 	}
+	polled, ppartial := polledR.took, polledR.partial
 	f = Figure{
 		Name: "replay.projector", What: "client.Projector.Run catching up to the tail while CatchUp waits on it (a new leader's start; catch-up without snapshot)",
 		Unit: "events/s", Value: float64(wseq) / waited.Seconds(), Baseline: raw, BaselineWhat: base, Higher: true,
@@ -127,6 +120,31 @@ func (r *run) replay(ctx context.Context) error {
 	}
 	r.add(f)
 	return nil
+}
+
+// replayLog opens the stream of the replay workload on nc, filling it on
+// first use: the replay and catch-up groups read the same stream.
+func (r *run) replayLog(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, group string) (*natslog.Log, error) {
+	w, err := r.workload()
+	if err != nil {
+		return nil, err
+	}
+	log, err := openLog(ctx, nc, replayCluster)
+	if err != nil {
+		return nil, err
+	}
+	if r.replayFilled {
+		return log, nil
+	}
+	n := len(w.bodies)
+	r.progress("%s: publishing %d events into stream %s", group, n, log.Stream())
+	took, err := fill(ctx, js, log, w.events, w.bodies)
+	if err != nil {
+		return nil, err
+	}
+	r.replayFilled = true
+	r.progress("%s: published %d events in %s (%.0f events/s)", group, n, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	return log, nil
 }
 
 // rawRead reads n messages of stream with a plain ordered consumer.
@@ -154,14 +172,22 @@ func rawRead(ctx context.Context, js jetstream.JetStream, stream string, n int, 
 	return time.Since(start), bytes, nil
 }
 
-// projectorCatchUp runs a fresh Projector over log until it has folded n
-// events. With wait, the caller blocks in CatchUp as a new leader does;
-// without, it polls Seq every millisecond. It returns the time, the seq
-// reached and whether the bound stopped it.
-func projectorCatchUp(ctx context.Context, log *natslog.Log, n int, bound time.Duration, wait bool) (time.Duration, uint64, bool, error) {
+// catchUpResult is one projector catch-up.
+type catchUpResult struct {
+	took    time.Duration
+	seq     uint64 // reached
+	partial bool   // the bound stopped it
+	origin  client.Origin
+	state   *projections.State // when it reached n with wait
+}
+
+// projectorCatchUp runs a fresh Projector (with opts) over log until it has
+// folded n events. With wait, the caller blocks in CatchUp as a new leader
+// does; without, it polls Seq every millisecond.
+func projectorCatchUp(ctx context.Context, log *natslog.Log, n int, bound time.Duration, wait bool, opts ...client.ProjectorOption) (catchUpResult, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := client.NewProjector(log, zerolog.Nop(), nil)
+	p := client.NewProjector(log, zerolog.Nop(), nil, opts...)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -171,18 +197,18 @@ func projectorCatchUp(ctx context.Context, log *natslog.Log, n int, bound time.D
 	bctx, bcancel := context.WithTimeout(ctx, bound)
 	defer bcancel()
 	if wait {
-		_, err := p.CatchUp(bctx)
+		v, err := p.CatchUp(bctx)
 		took := time.Since(start)
 		switch {
 		case err == nil:
 			if seq := p.Seq(); seq < uint64(n) {
-				return 0, 0, false, fmt.Errorf("projector caught up at seq %d, want %d", seq, n)
+				return catchUpResult{}, fmt.Errorf("projector caught up at seq %d, want %d", seq, n)
 			}
-			return took, uint64(n), false, nil
+			return catchUpResult{took: took, seq: uint64(n), origin: p.Origin(), state: v}, nil
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			return took, p.Seq(), true, nil
+			return catchUpResult{took: took, seq: p.Seq(), partial: true, origin: p.Origin()}, nil
 		default:
-			return 0, 0, false, fmt.Errorf("projector catch-up: %w", err)
+			return catchUpResult{}, fmt.Errorf("projector catch-up: %w", err)
 		}
 	}
 	tick := time.NewTicker(time.Millisecond)
@@ -191,11 +217,11 @@ func projectorCatchUp(ctx context.Context, log *natslog.Log, n int, bound time.D
 		select {
 		case <-bctx.Done():
 			if ctx.Err() != nil {
-				return 0, 0, false, ctx.Err()
+				return catchUpResult{}, ctx.Err()
 			}
-			return time.Since(start), p.Seq(), true, nil
+			return catchUpResult{took: time.Since(start), seq: p.Seq(), partial: true, origin: p.Origin()}, nil
 		case <-tick.C:
 		}
 	}
-	return time.Since(start), uint64(n), false, nil
+	return catchUpResult{took: time.Since(start), seq: uint64(n), origin: p.Origin()}, nil
 }

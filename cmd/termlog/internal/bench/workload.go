@@ -1,11 +1,8 @@
 package bench
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"time"
-
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/eventgen"
 )
 
 // workload is a realistic stream that applies cleanly: a dozen stores and
@@ -19,144 +16,12 @@ type workload struct {
 	bytes  int // total body bytes
 }
 
-var workloadBase = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+var workloadBase = eventgen.Base
 
 func makeWorkload(n, endpoints int) (*workload, error) {
-	rng := rand.New(rand.NewPCG(7, 11))
-	w := &workload{events: make([]events.Event, 0, n+4), bodies: make([][]byte, 0, n+4)}
-	term := uint64(1)
-	nextID := uint64(1)
-	type active struct{ id, epoch uint64 }
-	var starting, running []active
-	where := map[uint64]int{} // worker id -> index in its list
-	byEndpoint := map[int]active{}
-	remove := func(list *[]active, id uint64) bool {
-		i, ok := where[id]
-		if !ok || i >= len(*list) || (*list)[i].id != id {
-			return false
-		}
-		last := (*list)[len(*list)-1]
-		(*list)[i] = last
-		where[last.id] = i
-		*list = (*list)[:len(*list)-1]
-		delete(where, id)
-		return true
-	}
-	push := func(list *[]active, a active) {
-		where[a.id] = len(*list)
-		*list = append(*list, a)
-	}
-	const stores, shards = 12, 200
-	ccid := make([]uint64, shards+1)
-	members := make([]map[uint64]string, shards+1)
-	nextReplica := make([]uint64, shards+1)
-	var err error
-	add := func(d events.Payload) uint64 {
-		seq := uint64(len(w.events) + 1)
-		ev := events.Event{Seq: seq, Term: term, Writer: fmt.Sprintf("meta-%d", 1+term%3), At: workloadBase.Add(time.Duration(seq) * time.Millisecond), Data: d}
-		body, eerr := events.Encode(ev)
-		if eerr != nil && err == nil {
-			err = eerr
-		}
-		w.events = append(w.events, ev)
-		w.bodies = append(w.bodies, body)
-		w.bytes += len(body)
-		return seq
-	}
-	add(events.TermStarted{Term: term, Leader: "meta-2"})
-	for i := range stores {
-		add(events.StoreRegistered{Store: fmt.Sprintf("store-%d", i), Incarnation: "i1", RaftAddr: fmt.Sprintf("10.0.1.%d:63000", i)})
-	}
-	for sh := 1; sh <= shards; sh++ {
-		members[sh] = map[uint64]string{}
-		for r := range 3 {
-			members[sh][uint64(r+1)] = fmt.Sprintf("store-%d", (sh+r)%stores)
-		}
-		nextReplica[sh] = 4
-		add(events.ShardCreated{Shard: uint64(sh), Replicas: members[sh]})
-	}
-	for len(w.events) < n {
-		switch x := rng.IntN(100); {
-		case x < 40 || len(starting)+len(running) == 0:
-			ep := rng.IntN(endpoints)
-			if old, ok := byEndpoint[ep]; ok {
-				if !remove(&starting, old.id) {
-					remove(&running, old.id)
-				}
-			}
-			seq := add(events.WorkerRegistered{ID: nextID, Incarnation: fmt.Sprintf("inc-%d", nextID),
-				Endpoint: fmt.Sprintf("10.%d.%d.%d:5688", 1+ep/65536, ep/256%256, ep%256), Kind: "compute", Parallelism: 4})
-			a := active{nextID, seq}
-			push(&starting, a)
-			byEndpoint[ep] = a
-			nextID++
-		case x < 65 && len(starting) > 0:
-			a := starting[rng.IntN(len(starting))]
-			add(events.WorkerActivated{ID: a.id, Epoch: a.epoch})
-			remove(&starting, a.id)
-			push(&running, a)
-		case x < 90 && len(running) > 0:
-			a := running[rng.IntN(len(running))]
-			if rng.IntN(10) == 0 {
-				add(events.WorkerDeregistered{ID: a.id, Epoch: a.epoch})
-			} else {
-				add(events.WorkerExpired{ID: a.id, Epoch: a.epoch})
-			}
-			remove(&running, a.id)
-		case x < 97:
-			sh := 1 + rng.IntN(shards)
-			ccid[sh]++
-			var leader uint64
-			for r := range members[sh] {
-				leader = max(leader, r)
-			}
-			add(events.ShardObserved{Shard: uint64(sh), CCID: ccid[sh], Replicas: members[sh], Leader: leader})
-		case x < 98:
-			term++
-			add(events.TermStarted{Term: term, Leader: fmt.Sprintf("meta-%d", 1+term%3)})
-		default:
-			sh := 1 + rng.IntN(shards)
-			old := uint64(1 << 63)
-			for r := range members[sh] {
-				old = min(old, r)
-			}
-			oldStore := members[sh][old]
-			used := map[string]bool{}
-			for _, st := range members[sh] {
-				used[st] = true
-			}
-			target := ""
-			for i := range stores {
-				if st := fmt.Sprintf("store-%d", i); !used[st] {
-					target = st
-					break
-				}
-			}
-			op := fmt.Sprintf("op-%d", len(w.events))
-			add(events.ShardReplicaRemoving{Shard: uint64(sh), Replica: old, Store: oldStore, CCID: ccid[sh], Op: op})
-			ccid[sh]++
-			add(events.ShardReplicaRemoved{Shard: uint64(sh), Replica: old, Store: oldStore, CCID: ccid[sh], Op: op})
-			next := make(map[uint64]string, len(members[sh])+1) // earlier events keep theirs
-			for k, v := range members[sh] {
-				if k != old {
-					next[k] = v
-				}
-			}
-			r := nextReplica[sh]
-			nextReplica[sh]++
-			add(events.ShardReplicaAdding{Shard: uint64(sh), Replica: r, Store: target, CCID: ccid[sh], Op: op})
-			ccid[sh]++
-			add(events.ShardReplicaAdded{Shard: uint64(sh), Replica: r, Store: target, CCID: ccid[sh], Op: op})
-			next[r] = target
-			members[sh] = next
-		}
-	}
+	s, err := eventgen.Mix(n, endpoints)
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range w.bodies[n:] {
-		w.bytes -= len(b)
-	}
-	w.events, w.bodies = w.events[:n], w.bodies[:n]
-	return w, nil
+	return &workload{events: s.Events, bodies: s.Bodies, bytes: s.Bytes}, nil
 }

@@ -1,0 +1,173 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/eventgen"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// mixLog is a MemLog holding n events of the generated mix, and the state
+// after each prefix the test asks for.
+func mixLog(t *testing.T, n int) *events.MemLog {
+	t.Helper()
+	mix, err := eventgen.Mix(n, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewMemLog()
+	if _, err := log.Append(context.Background(), 0, mix.Events...); err != nil {
+		t.Fatal(err)
+	}
+	return log
+}
+
+// foldTo folds log from seq 1 to seq upTo (0: the tail).
+func foldTo(t *testing.T, log events.Log, upTo uint64) *projections.State {
+	t.Helper()
+	st := projections.New()
+	if err := log.Read(context.Background(), 1, func(r events.Record) error {
+		if upTo == 0 || r.Seq <= upTo {
+			st.ApplyRecord(r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// putState stores the state after seq as a snapshot.
+func putState(t *testing.T, store events.SnapshotStore, log events.Log, seq uint64) events.SnapshotInfo {
+	t.Helper()
+	st := foldTo(t, log, seq)
+	data, hash := st.EncodeSnapshotHash()
+	si, err := store.Put(context.Background(), events.SnapshotInfo{Seq: st.Seq, Term: st.Term, Hash: hash, Writer: "test"}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return si
+}
+
+// catchUp runs a fresh projector with opts until it folded the tail, and
+// returns its state and origin.
+func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...client.ProjectorOption) (*projections.State, client.Origin) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := client.NewProjector(log, lg, nil, opts...)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = p.Run(ctx) }()
+	v, err := p.CatchUp(ctx)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("catch up: %v", err)
+	}
+	return v, p.Origin()
+}
+
+// From a snapshot at any cut point, the last one included, a projector
+// reaches the hash of a fold from seq 1, folding only the tail.
+func TestProjectorFromSnapshotSameHash(t *testing.T) {
+	const n = 3000
+	log := mixLog(t, n)
+	want := foldTo(t, log, 0)
+	if want.Seq != n || want.Counters.Applied < n*9/10 {
+		t.Fatalf("mix folded to seq %d, %+v", want.Seq, want.Counters)
+	}
+	full, o := catchUp(t, log, zerolog.Nop())
+	if full.Hash() != want.Hash() || o.Snapshot != nil || o.Folded != n {
+		t.Fatalf("without snapshots: hash %s (want %s), origin %+v", full.Hash(), want.Hash(), o)
+	}
+	for _, cut := range []uint64{1, 213, 1500, 2999, n} {
+		store := events.NewMemSnapshots(log)
+		putState(t, store, log, cut)
+		got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
+		if got.Hash() != want.Hash() {
+			t.Fatalf("from the snapshot at %d: hash %s, want %s", cut, got.Hash(), want.Hash())
+		}
+		if o.Snapshot == nil || o.Snapshot.Seq != cut || o.Folded != n-cut {
+			t.Fatalf("from the snapshot at %d: origin %+v, want %d events folded", cut, o, n-cut)
+		}
+	}
+}
+
+// Snapshots that are not the state they claim are passed over with a
+// warning, and the newest good one below them is used.
+func TestProjectorIgnoresBadSnapshots(t *testing.T) {
+	const n = 2000
+	log := mixLog(t, n)
+	want := foldTo(t, log, 0).Hash()
+	good := foldTo(t, log, 800)
+	other := foldTo(t, log, 1200)
+	otherData, otherHash := other.EncodeSnapshotHash()
+	for name, bad := range map[string]struct {
+		info events.SnapshotInfo
+		data []byte
+		why  string
+	}{
+		"garbage":       {events.SnapshotInfo{Seq: 1500, Hash: otherHash}, []byte("{not json"), "bad snapshot"},
+		"truncated":     {events.SnapshotInfo{Seq: 1200, Hash: otherHash}, otherData[:len(otherData)/2], "bad snapshot"},
+		"hash mismatch": {events.SnapshotInfo{Seq: 1200, Hash: "0123456789abcdef0123456789abcdef"}, otherData, "recorded hash"},
+		"flipped byte":  {events.SnapshotInfo{Seq: 1200, Hash: otherHash}, bytes.Replace(otherData, []byte(`"next_worker_id":`), []byte(`"next_worker_id":9`), 1), "does not match its state"},
+		"seq mismatch":  {events.SnapshotInfo{Seq: 1900, Hash: otherHash}, otherData, "recorded at seq 1900"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			store := events.NewMemSnapshots(log)
+			data, hash := good.EncodeSnapshotHash()
+			if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 800, Term: good.Term, Hash: hash}, data); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Put(context.Background(), bad.info, bad.data); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), client.WithSnapshots(store))
+			if got.Hash() != want {
+				t.Fatalf("hash %s, want %s", got.Hash(), want)
+			}
+			if o.Snapshot == nil || o.Snapshot.Seq != 800 || o.Folded != n-800 {
+				t.Fatalf("origin %+v, want the snapshot at 800", o)
+			}
+			out := logs.String()
+			if !strings.Contains(out, `"level":"warn"`) || !strings.Contains(out, "snapshot ignored") ||
+				!strings.Contains(out, events.SnapshotName(bad.info.Seq)) || !strings.Contains(out, bad.why) {
+				t.Fatalf("no warning naming %s (%s): %s", events.SnapshotName(bad.info.Seq), bad.why, out)
+			}
+		})
+	}
+	// With only bad snapshots, a full fold.
+	store := events.NewMemSnapshots(log)
+	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1200, Hash: "bad"}, otherData); err != nil {
+		t.Fatal(err)
+	}
+	got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
+	if got.Hash() != want || o.Snapshot != nil || o.Folded != n {
+		t.Fatalf("only a bad snapshot: hash %s (want %s), origin %+v", got.Hash(), want, o)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -1,0 +1,109 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/meta/client"
+)
+
+// Snapshot defaults.
+const (
+	// DefaultSnapshotEvery keeps the tail a new replica folds after the
+	// newest snapshot under 10,000 events (well under a second).
+	DefaultSnapshotEvery = 10_000
+	// DefaultSnapshotKeep snapshots are kept: the newest is used, the
+	// older ones are there when the newest cannot be read.
+	DefaultSnapshotKeep = 3
+	// snapshotFinalTimeout bounds the snapshot written on clean shutdown.
+	snapshotFinalTimeout = 5 * time.Second
+	snapshotRetryMin     = 250 * time.Millisecond
+	snapshotRetryMax     = 10 * time.Second
+)
+
+func projectorOptions(cfg Config) []client.ProjectorOption {
+	if cfg.Snapshots == nil {
+		return nil
+	}
+	return []client.ProjectorOption{client.WithSnapshots(cfg.Snapshots)}
+}
+
+// snapshotLoop stores a snapshot of the replica's own projection every
+// SnapshotEvery events while the term lasts (ctx), and one more when the
+// term ends because the replica shuts down (replicaCtx done). It is a
+// leader goroutine like the others: lead cancels and joins it. It never
+// holds up a decision: it copies the view (the projector's View, made under
+// its lock) and encodes and stores the copy outside it. It only ever writes
+// a state this replica folded from the stream, stamped with the seq, term
+// and hash of that state and the writer's id and term.
+func (l *leaderSession) snapshotLoop(ctx, replicaCtx context.Context) {
+	cfg := &l.r.cfg
+	if cfg.Snapshots == nil {
+		return
+	}
+	var last uint64 // seq of the newest snapshot known to be stored
+	if o := l.r.proj.Origin(); o.Snapshot != nil {
+		last = o.Snapshot.Seq
+	}
+	backoff := snapshotRetryMin
+	for {
+		changed := l.r.proj.Changed()
+		if cfg.SnapshotEvery > 0 && l.r.proj.Seq() >= last+uint64(cfg.SnapshotEvery) {
+			si, err := l.writeSnapshot(ctx)
+			if err == nil {
+				last, backoff = si.Seq, snapshotRetryMin
+				continue
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
+			select {
+			case <-ctx.Done():
+			case <-cfg.Clock.After(backoff):
+			}
+			backoff = min(2*backoff, snapshotRetryMax)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+			continue
+		}
+		break
+	}
+	if replicaCtx.Err() == nil || l.r.proj.Seq() <= last {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotFinalTimeout)
+	defer cancel()
+	if _, err := l.writeSnapshot(fctx); err != nil {
+		l.logger.Warn().Err(err).Msg("snapshot on shutdown not stored")
+	}
+}
+
+// writeSnapshot stores a snapshot of the current view and prunes old ones.
+func (l *leaderSession) writeSnapshot(ctx context.Context) (events.SnapshotInfo, error) {
+	cfg := &l.r.cfg
+	start := cfg.Clock.Now()
+	v := l.r.proj.View()
+	if v.Seq == 0 {
+		return events.SnapshotInfo{}, nil
+	}
+	data, hash := v.EncodeSnapshotHash()
+	si, err := cfg.Snapshots.Put(ctx, events.SnapshotInfo{
+		Seq: v.Seq, Term: v.Term, Hash: hash, Writer: cfg.ID, LeaderTerm: l.term, At: start.UTC(),
+	}, data)
+	if err != nil {
+		return events.SnapshotInfo{}, fmt.Errorf("store snapshot at seq %d: %w", v.Seq, err)
+	}
+	pruned, err := events.PruneSnapshots(ctx, cfg.Snapshots, cfg.SnapshotKeep)
+	if err != nil {
+		l.logger.Warn().Err(err).Msg("old snapshots not pruned")
+	}
+	l.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", hash).
+		Int("bytes", len(data)).Int("pruned", pruned).Dur("took", cfg.Clock.Now().Sub(start)).Msg("snapshot stored")
+	return si, nil
+}

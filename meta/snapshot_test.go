@@ -1,0 +1,223 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/eventgen"
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/projections"
+)
+
+// snapCluster is a stream on a real embedded NATS server, filled with a
+// generated event mix, its snapshot bucket, and a lease whose next term is
+// above every term in the mix.
+type snapCluster struct {
+	log   *natslog.Log
+	snaps *natslog.Snapshots
+	lease *MemLeaseStore
+}
+
+func newSnapCluster(t *testing.T, n int) *snapCluster {
+	t.Helper()
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log, err := natslog.Open(ctx, nc, natslog.Config{Cluster: "snap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := natslog.OpenSnapshots(ctx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mix, err := eventgen.Mix(n, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Append(ctx, 0, mix.Events...); err != nil {
+		t.Fatal(err)
+	}
+	// A long lease: a loaded machine must not move leadership mid-test.
+	lease := NewMemLeaseStore(clock.Real{}, 10*time.Second)
+	h := lease.Handle()
+	for range mix.Events[len(mix.Events)-1].Term {
+		if _, err := h.Acquire(ctx, "earlier"); err != nil {
+			t.Fatal(err)
+		}
+		_ = h.Release(ctx)
+	}
+	return &snapCluster{log: log, snaps: snaps, lease: lease}
+}
+
+// replica runs one meta replica on the cluster until the returned stop is
+// called (stop joins it; cleanup stops it too).
+func (c *snapCluster) replica(t *testing.T, id string, every int) (*Replica, func()) {
+	t.Helper()
+	r, err := New(Config{
+		ID: id, Cluster: "snap", Log: c.log, Lease: c.lease.Handle(), LeaseTTL: 10 * time.Second,
+		WorkerTimeout: time.Hour, Scheduler: SchedulerConfig{StoreTimeout: time.Hour},
+		ControlDialer: func(context.Context, string) (ControlConn, error) { return nil, errors.New("no workers here") },
+		Snapshots:     c.snaps, SnapshotEvery: every, SnapshotKeep: 2, Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = r.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return r, stop
+}
+
+// appendOther appends n events (recorded no-ops) at the projected term, as
+// the leader's own appends would be.
+func (c *snapCluster) appendOther(t *testing.T, term uint64, n int) uint64 {
+	t.Helper()
+	ctx := ctxT(t)
+	tail, err := c.log.Tail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := make([]events.Event, n)
+	for i := range evs {
+		evs[i] = events.Event{Term: term, Writer: "test", At: time.Now().UTC(), Data: events.WorkerDeregistered{ID: 1 << 40, Epoch: uint64(i + 1)}}
+	}
+	last, err := c.log.Append(ctx, tail, evs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return last
+}
+
+func (c *snapCluster) list(t *testing.T) []events.SnapshotInfo {
+	t.Helper()
+	l, err := c.snaps.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func newest(l []events.SnapshotInfo) uint64 {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[len(l)-1].Seq
+}
+
+// foldHash folds the stream up to seq from seq 1.
+func (c *snapCluster) foldHash(t *testing.T, seq uint64) string {
+	t.Helper()
+	st := projections.New()
+	if err := c.log.Read(ctxT(t), 1, func(r events.Record) error {
+		if r.Seq <= seq {
+			st.ApplyRecord(r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st.Hash()
+}
+
+func leaderTerm(t *testing.T, r *Replica) uint64 {
+	t.Helper()
+	var term uint64
+	eventually(t, r.ID()+" to lead", func() bool {
+		ok, tm := r.Leading()
+		term = tm
+		return ok && r.View().Term == tm
+	})
+	return term
+}
+
+// The leader stores a snapshot every N events and one on clean shutdown;
+// each is the state of the stream at its seq, and only the newest are kept.
+func TestLeaderWritesSnapshots(t *testing.T) {
+	const n, every = 400, 100
+	c := newSnapCluster(t, n)
+	r, stop := c.replica(t, "meta-1", every)
+	term := leaderTerm(t, r)
+	// Seq n+1 is term.started; n+1 >= every: a snapshot right away.
+	eventually(t, "the first snapshot", func() bool { return newest(c.list(t)) >= n+1 })
+	first := newest(c.list(t))
+	last := c.appendOther(t, term, 250)
+	// Every 100 events: the newest is less than 100 behind the tail.
+	// Only the 2 newest are kept (pruned after each write).
+	var got []events.SnapshotInfo
+	eventually(t, "2 snapshots kept, the newest less than 100 events behind the tail", func() bool {
+		got = c.list(t)
+		return newest(got) > last-every && len(got) == 2
+	})
+	if got[0].Seq < first {
+		t.Fatalf("kept %+v, want the 2 newest", got)
+	}
+	for _, si := range got {
+		if si.Writer != "meta-1" || si.LeaderTerm != term || si.Term != term || si.Hash != c.foldHash(t, si.Seq) {
+			t.Fatalf("snapshot %+v is not the stream's state at its seq (hash %s) by meta-1 in term %d", si, c.foldHash(t, si.Seq), term)
+		}
+	}
+	// Fewer than N more events: no periodic snapshot, but one on shutdown.
+	before := newest(c.list(t))
+	last = c.appendOther(t, term, 30)
+	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
+	if newest(c.list(t)) != before {
+		t.Fatalf("a snapshot after 30 events with one every %d: %+v (newest before %d, tail %d)", every, c.list(t), before, last)
+	}
+	stop()
+	got = c.list(t)
+	if newest(got) != last || got[len(got)-1].Hash != c.foldHash(t, last) {
+		t.Fatalf("no snapshot of seq %d on clean shutdown: %+v", last, got)
+	}
+}
+
+// A replica that joins a cluster with a snapshot folds only the events after
+// it and reaches the hash of the replicas that folded everything.
+func TestReplicaJoinsFromSnapshot(t *testing.T) {
+	const n, every = 1500, 1000
+	c := newSnapCluster(t, n)
+	leader, _ := c.replica(t, "meta-1", every)
+	term := leaderTerm(t, leader)
+	follower, _ := c.replica(t, "meta-2", every)
+	eventually(t, "the leader's snapshot", func() bool { return newest(c.list(t)) >= n+1 })
+	snap := newest(c.list(t))
+	last := c.appendOther(t, term, 120) // fewer than every: no newer snapshot
+	joiner, _ := c.replica(t, "meta-3", every)
+	for _, r := range []*Replica{leader, follower, joiner} {
+		eventually(t, r.ID()+" to reach the tail", func() bool { return r.Projector().Seq() == last })
+	}
+	want := c.foldHash(t, last)
+	for _, r := range []*Replica{leader, follower, joiner} {
+		if h := r.View().Hash(); h != want {
+			t.Fatalf("%s: hash %s, want %s", r.ID(), h, want)
+		}
+	}
+	o := joiner.Projector().Origin()
+	if o.Snapshot == nil || o.Snapshot.Seq != snap || o.Folded != last-snap {
+		t.Fatalf("joiner origin %+v: want the snapshot at %d and %d events folded", o, snap, last-snap)
+	}
+	// The leader's projection started before any snapshot existed.
+	if lo := leader.Projector().Origin(); lo.Snapshot != nil || lo.Folded != last {
+		t.Fatalf("leader origin %+v, want %d events folded from seq 1", lo, last)
+	}
+}
