@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -593,10 +594,20 @@ func TestPropSnapshot(t *testing.T) {
 		k := intn(t, "split", len(steps)+1)
 		whole := fold(projections.New(), steps)
 		prefix := fold(projections.New(), steps[:k])
-		snap := prefix.EncodeSnapshot()
-		restored, err := projections.DecodeSnapshot(snap)
+		snap, hash := prefix.EncodeSnapshotHash()
+		if hash != prefix.Hash() {
+			t.Fatalf("EncodeSnapshotHash returned %s, the state hashes to %s", hash, prefix.Hash())
+		}
+		restored, err := projections.DecodeSnapshotAt(snap, prefix.Seq, hash)
 		if err != nil {
 			t.Fatalf("decode snapshot at %d: %v", k, err)
+		}
+		// Recorded as another seq or another hash, it is not this snapshot.
+		if _, err := projections.DecodeSnapshotAt(snap, prefix.Seq+1, hash); !errors.Is(err, projections.ErrBadSnapshot) {
+			t.Fatalf("snapshot of seq %d accepted as seq %d: %v", prefix.Seq, prefix.Seq+1, err)
+		}
+		if _, err := projections.DecodeSnapshotAt(snap, prefix.Seq, whole.Hash()+"x"); !errors.Is(err, projections.ErrBadSnapshot) {
+			t.Fatalf("snapshot accepted under another hash: %v", err)
 		}
 		if restored.Hash() != prefix.Hash() {
 			t.Fatalf("restored snapshot differs:\n%s\n%s", prefix.Render(), restored.Render())
