@@ -39,7 +39,7 @@ const (
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
 // every pullHeartbeat, so a lost consumer is noticed within 2*pullHeartbeat.
 const (
-	pullBatch         = 256
+	pullBatch         = 1024
 	pullExpiry        = 10 * time.Second
 	pullHeartbeat     = 2 * time.Second
 	consumerInactive  = 30 * time.Second
@@ -447,49 +447,74 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 		return &restartError{fmt.Errorf("consume: %w", err), true}
 	}
 	defer it.Stop()
-	var dseq uint64 // consumer seq of the last message, for gap detection
-	for {
-		wctx, wcancel := ctx, context.CancelFunc(func() {})
-		if until > 0 {
-			wctx, wcancel = context.WithTimeout(ctx, readIdleCheck)
-		}
-		msg, err := it.Next(jetstream.NextContext(wctx))
+	// Read (until > 0) looks for records gone from below until when the
+	// consumer has been quiet for readIdleCheck: one context per quiet
+	// check rather than one per message, and a check whose window saw a
+	// message only opens the next window.
+	wctx, wcancel := ctx, context.CancelFunc(func() {})
+	defer func() { wcancel() }()
+	window := func() {
 		wcancel()
+		wctx, wcancel = context.WithTimeout(ctx, readIdleCheck)
+	}
+	if until > 0 {
+		window()
+	}
+	var dseq uint64 // consumer seq of the last message, for gap detection
+	quiet := true   // no message since the window opened
+	for {
+		msg, err := it.Next(jetstream.NextContext(wctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			if until > 0 && errors.Is(err, context.DeadlineExceeded) {
+				wasQuiet := quiet
+				window()
+				quiet = true
 				// Quiet for a while: are the records left below until gone
 				// (deleted or purged after Read took the tail)?
-				if done, err := l.noneLeft(ctx, *next, until); err != nil || done {
-					return err
+				if wasQuiet {
+					if done, err := l.noneLeft(ctx, *next, until); err != nil || done {
+						return err
+					}
 				}
 				continue
 			}
 			return &restartError{fmt.Errorf("next: %w", err), true}
 		}
-		meta, err := msg.Metadata()
+		quiet = false
+		dseq2, seq, err := sequences(msg)
 		if err != nil {
 			return &restartError{fmt.Errorf("metadata: %w", err), true}
 		}
-		if meta.Sequence.Consumer != dseq+1 || meta.Sequence.Stream < *next {
+		if dseq2 != dseq+1 || seq < *next {
 			return &restartError{fmt.Errorf("out of order: consumer seq %d after %d, stream seq %d, want >= %d",
-				meta.Sequence.Consumer, dseq, meta.Sequence.Stream, *next), true}
+				dseq2, dseq, seq, *next), true}
 		}
-		dseq = meta.Sequence.Consumer
-		seq := meta.Sequence.Stream
+		dseq = dseq2
 		if until > 0 && seq > until {
 			return nil
 		}
 		*next = seq + 1
-		if err := fn(events.Record{Seq: seq, Data: bytes.Clone(msg.Data())}); err != nil {
+		// The body is the message's own copy (nats.go copies every payload
+		// out of its read buffer), so it is handed on without another.
+		if err := fn(events.Record{Seq: seq, Data: msg.Data()}); err != nil {
 			return err
 		}
 		if until > 0 && seq >= until {
 			return nil
 		}
 	}
+}
+
+// sequences returns the consumer and stream sequences of msg.
+func sequences(msg jetstream.Msg) (consumer, stream uint64, err error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0, 0, err
+	}
+	return meta.Sequence.Consumer, meta.Sequence.Stream, nil
 }
 
 // noneLeft reports whether the stream holds no record in [next, until].
