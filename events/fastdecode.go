@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"math"
+	"math/bits"
 	"time"
 	"unicode/utf8"
 )
@@ -41,6 +42,9 @@ func (s *scanner) fail() { s.bad = true }
 
 // ws skips JSON whitespace.
 func (s *scanner) ws() {
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return // the common case: no whitespace
+	}
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -114,8 +118,24 @@ func (s *scanner) key() []byte {
 }
 
 // field reads a member's key and returns its index in names, failing on
-// any other key and on a key already seen (a bit in *seen).
+// any other key and on a key already seen (a bit in *seen). It tries the
+// name after the last one seen first: Encode writes them in order.
 func (s *scanner) field(seen *uint32, names ...string) int {
+	if s.bad {
+		return -1
+	}
+	s.ws()
+	// The bits of *seen below the first unseen name are all set when the
+	// keys come in order.
+	if next := bits.TrailingZeros32(^*seen); next < len(names) {
+		if k := s.b[s.i:]; len(k) > len(names[next])+1 && k[0] == '"' &&
+			string(k[1:1+len(names[next])]) == names[next] && k[1+len(names[next])] == '"' {
+			s.i += len(names[next]) + 2
+			s.consume(':')
+			*seen |= 1 << next
+			return next
+		}
+	}
 	k := s.key()
 	if s.bad {
 		return -1

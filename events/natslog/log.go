@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -508,13 +509,39 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 	}
 }
 
-// sequences returns the consumer and stream sequences of msg.
+// sequences returns the consumer and stream sequences of msg from its ack
+// subject, as jetstream.Msg.Metadata does but without building the rest:
+// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
+// or the v2 form with <domain>.<account hash> after $JS.ACK. and a
+// trailing token.
 func sequences(msg jetstream.Msg) (consumer, stream uint64, err error) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return 0, 0, err
+	reply := msg.Reply()
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	n := strings.Count(reply, ".") + 1
+	var at int // token index of the stream seq, counted after $JS.ACK.
+	switch {
+	case !ok:
+		return 0, 0, fmt.Errorf("ack subject %q does not start with $JS.ACK.", reply)
+	case n == 9:
+		at = 3
+	case n >= 11:
+		at = 5
+	default:
+		return 0, 0, fmt.Errorf("ack subject %q has %d tokens", reply, n)
 	}
-	return meta.Sequence.Consumer, meta.Sequence.Stream, nil
+	for range at {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	sseq, rest, _ := strings.Cut(rest, ".")
+	cseq, _, _ := strings.Cut(rest, ".")
+	stream, err = strconv.ParseUint(sseq, 10, 64)
+	if err == nil {
+		consumer, err = strconv.ParseUint(cseq, 10, 64)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("ack subject %q: %w", reply, err)
+	}
+	return consumer, stream, nil
 }
 
 // noneLeft reports whether the stream holds no record in [next, until].
