@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,7 +61,12 @@ func (r *run) replay(ctx context.Context) error {
 		rawBytes int
 		rawLast  float64 // the rate of the last raw pass, for a partial figure
 	)
+	// Process CPU per event of each pass (server and client alike: one
+	// process), next to the rates: less sensitive than the rates to other
+	// load on the machine.
+	rawCPU, readCPU, projCPU := &cpuPerEvent{n: n}, &cpuPerEvent{n: n}, &cpuPerEvent{n: n}
 	rawPass := func() error {
+		defer rawCPU.measure()()
 		took, b, err := rawRead(ctx, js, log.Stream(), n, bound)
 		if err != nil {
 			return fmt.Errorf("raw ordered consumer: %w", err)
@@ -79,6 +85,7 @@ func (r *run) replay(ctx context.Context) error {
 		readPartial bool
 	)
 	readPass := func() error {
+		defer readCPU.measure()()
 		rctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
 		st := projections.New()
@@ -101,6 +108,7 @@ func (r *run) replay(ctx context.Context) error {
 		}
 	}
 	var rs []float64
+	rawCPU.reset()
 	r.profile("replay.read", func() { rs, err = rates(ctx, n, rawPass, readPass) })
 	if err != nil && !errors.Is(err, errPartial) {
 		return err
@@ -116,6 +124,7 @@ func (r *run) replay(ctx context.Context) error {
 	} else {
 		f.Value, f.Baseline = rs[1], rs[0]
 		f.Extra = map[string]float64{"seconds": float64(n) / rs[1], "raw_seconds": float64(n) / rs[0]}
+		cpuExtra(f.Extra, readCPU, rawCPU)
 	}
 	f.BaselineWhat = base()
 	r.add(f)
@@ -128,6 +137,7 @@ func (r *run) replay(ctx context.Context) error {
 		wpartial bool
 	)
 	projPass := func() error {
+		defer projCPU.measure()()
 		var err error
 		waited, wseq, wpartial, err = projectorCatchUp(ctx, log, n, bound, true)
 		if err == nil && wpartial {
@@ -135,6 +145,7 @@ func (r *run) replay(ctx context.Context) error {
 		}
 		return err
 	}
+	rawCPU.reset()
 	r.profile("replay.projector", func() { rs, err = rates(ctx, n, rawPass, projPass) })
 	if err != nil && !errors.Is(err, errPartial) {
 		return err
@@ -156,6 +167,7 @@ func (r *run) replay(ctx context.Context) error {
 	} else {
 		f.Value, f.Baseline = rs[1], rs[0]
 		f.Extra["seconds"], f.Extra["raw_seconds"] = float64(n)/rs[1], float64(n)/rs[0]
+		cpuExtra(f.Extra, projCPU, rawCPU)
 	}
 	if ppartial {
 		f.Note += "; the run without a waiter was stopped by the bound too"
@@ -163,6 +175,44 @@ func (r *run) replay(ctx context.Context) error {
 	f.BaselineWhat = base()
 	r.add(f)
 	return nil
+}
+
+// cpuPerEvent collects the process CPU time per event of a series of passes.
+type cpuPerEvent struct {
+	n      int
+	passes []float64 // µs per event
+}
+
+// measure starts measuring one pass; call what it returns at the end.
+func (c *cpuPerEvent) measure() func() {
+	c0, ok := processCPU()
+	return func() {
+		if c1, ok1 := processCPU(); ok && ok1 {
+			c.passes = append(c.passes, float64(c1-c0)/float64(time.Microsecond)/float64(c.n))
+		}
+	}
+}
+
+func (c *cpuPerEvent) reset() { c.passes = nil }
+
+// median is the median pass, 0 without any.
+func (c *cpuPerEvent) median() float64 {
+	if len(c.passes) == 0 {
+		return 0
+	}
+	p := slices.Clone(c.passes)
+	slices.Sort(p)
+	return p[len(p)/2]
+}
+
+// cpuExtra adds the CPU per event of a figure's passes and of its raw
+// passes, and their ratio, to extra.
+func cpuExtra(extra map[string]float64, c, raw *cpuPerEvent) {
+	v, b := c.median(), raw.median()
+	if v == 0 || b == 0 {
+		return
+	}
+	extra["cpu_us_per_event"], extra["raw_cpu_us_per_event"], extra["cpu_ratio"] = v, b, v/b
 }
 
 // errPartial ends a series of passes when the bound stopped one.
