@@ -99,7 +99,28 @@ func toEnvelope(ev Event) (envelope, error) {
 }
 
 // Decode decodes the body of the message at seq. Errors are *DecodeError.
+//
+// It reads the common form of a body in one pass (decodeOnePass) and
+// everything else, errors included, as decodeTwoPass does; the two agree on
+// every input.
 func Decode(seq uint64, body []byte) (Event, error) {
+	if ev, ok := decodeOnePass(seq, body, false); ok {
+		return ev, nil
+	}
+	return decodeTwoPass(seq, body)
+}
+
+// DecodeLine decodes one JSONL export line. Errors are *DecodeError.
+func DecodeLine(b []byte) (Event, error) {
+	if ev, ok := decodeOnePass(0, b, true); ok {
+		return ev, nil
+	}
+	return decodeLineTwoPass(b)
+}
+
+// decodeTwoPass defines what a body means: encoding/json into the envelope
+// with the data left raw, then into the payload type the envelope names.
+func decodeTwoPass(seq uint64, body []byte) (Event, error) {
 	var env envelope
 	if err := json.Unmarshal(body, &env); err != nil {
 		return Event{Seq: seq}, &DecodeError{Seq: seq, Err: ErrMalformed, Why: err.Error()}
@@ -107,8 +128,8 @@ func Decode(seq uint64, body []byte) (Event, error) {
 	return fromEnvelope(seq, env)
 }
 
-// DecodeLine decodes one JSONL export line. Errors are *DecodeError.
-func DecodeLine(b []byte) (Event, error) {
+// decodeLineTwoPass is decodeTwoPass for a JSONL line.
+func decodeLineTwoPass(b []byte) (Event, error) {
 	var l line
 	if err := json.Unmarshal(b, &l); err != nil {
 		return Event{}, &DecodeError{Err: ErrMalformed, Why: err.Error()}
@@ -140,8 +161,9 @@ func fromEnvelope(seq uint64, env envelope) (Event, error) {
 }
 
 type decoderEntry struct {
-	typ string
-	dec func([]byte) (Payload, error)
+	typ     string
+	dec     func([]byte) (Payload, error) // decodeTwoPass's second pass
+	onePass func(*scanner) Payload        // decodeOnePass's reader of the data
 }
 
 func decodeAs[T Payload](b []byte) (Payload, error) {
@@ -154,22 +176,22 @@ func decodeAs[T Payload](b []byte) (Payload, error) {
 
 // decoderList is read-only after init; it is the single table of kinds.
 var decoderList = []decoderEntry{
-	{TypeTermStarted, decodeAs[TermStarted]},
-	{TypeWorkerRegistered, decodeAs[WorkerRegistered]},
-	{TypeWorkerActivated, decodeAs[WorkerActivated]},
-	{TypeWorkerExpired, decodeAs[WorkerExpired]},
-	{TypeWorkerDeregistered, decodeAs[WorkerDeregistered]},
-	{TypeStoreRegistered, decodeAs[StoreRegistered]},
-	{TypeStoreState, decodeAs[StoreState]},
-	{TypeShardCreated, decodeAs[ShardCreated]},
-	{TypeShardReplicaAdding, decodeAs[ShardReplicaAdding]},
-	{TypeShardReplicaAdded, decodeAs[ShardReplicaAdded]},
-	{TypeShardReplicaRemove, decodeAs[ShardReplicaRemoving]},
-	{TypeShardReplicaRemoved, decodeAs[ShardReplicaRemoved]},
-	{TypeShardObserved, decodeAs[ShardObserved]},
-	{TypeOperatorStarted, decodeAs[OperatorStarted]},
-	{TypeOperatorFinished, decodeAs[OperatorFinished]},
-	{TypeOperatorFailed, decodeAs[OperatorFailed]},
+	{TypeTermStarted, decodeAs[TermStarted], onePassTermStarted},
+	{TypeWorkerRegistered, decodeAs[WorkerRegistered], onePassWorkerRegistered},
+	{TypeWorkerActivated, decodeAs[WorkerActivated], func(s *scanner) Payload { return workerRef(s) }},
+	{TypeWorkerExpired, decodeAs[WorkerExpired], func(s *scanner) Payload { return WorkerExpired(workerRef(s)) }},
+	{TypeWorkerDeregistered, decodeAs[WorkerDeregistered], func(s *scanner) Payload { return WorkerDeregistered(workerRef(s)) }},
+	{TypeStoreRegistered, decodeAs[StoreRegistered], onePassStoreRegistered},
+	{TypeStoreState, decodeAs[StoreState], onePassStoreState},
+	{TypeShardCreated, decodeAs[ShardCreated], onePassShardCreated},
+	{TypeShardReplicaAdding, decodeAs[ShardReplicaAdding], func(s *scanner) Payload { return ShardReplicaAdding(replicaChange(s)) }},
+	{TypeShardReplicaAdded, decodeAs[ShardReplicaAdded], func(s *scanner) Payload { return ShardReplicaAdded(replicaChange(s)) }},
+	{TypeShardReplicaRemove, decodeAs[ShardReplicaRemoving], func(s *scanner) Payload { return ShardReplicaRemoving(replicaChange(s)) }},
+	{TypeShardReplicaRemoved, decodeAs[ShardReplicaRemoved], func(s *scanner) Payload { return ShardReplicaRemoved(replicaChange(s)) }},
+	{TypeShardObserved, decodeAs[ShardObserved], onePassShardObserved},
+	{TypeOperatorStarted, decodeAs[OperatorStarted], func(s *scanner) Payload { return OperatorStarted(operator(s)) }},
+	{TypeOperatorFinished, decodeAs[OperatorFinished], func(s *scanner) Payload { return OperatorFinished(operator(s)) }},
+	{TypeOperatorFailed, decodeAs[OperatorFailed], func(s *scanner) Payload { return OperatorFailed(operator(s)) }},
 }
 
 var decoders = func() map[string]func([]byte) (Payload, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -62,6 +63,17 @@ func applied(format string, a ...any) Result {
 func noop(format string, a ...any) Result {
 	return Result{Outcome: NoOp, Reason: fmt.Sprintf(format, a...)}
 }
+
+// reason builds the reason of an outcome without fmt, for the rules that
+// every busy stream runs all the time (worker registrations, activations
+// and removals, shard observations): the same text as the format it
+// stands for, at a fraction of the cost.
+type reason []byte
+
+func newReason() reason            { return make(reason, 0, 64) }
+func (r reason) s(v string) reason { return append(r, v...) }
+func (r reason) n(v uint64) reason { return strconv.AppendUint(r, v, 10) }
+func (r reason) applied() Result   { return Result{Outcome: Applied, Reason: string(r)} }
 
 func invalid(format string, a ...any) Result {
 	return Result{Outcome: Rejected, Kind: AnomalyInvalid, Reason: fmt.Sprintf(format, a...)}
@@ -221,7 +233,7 @@ func (s *State) workerRegistered(ev events.Event, d events.WorkerRegistered) Res
 	if d.Endpoint == "" {
 		return invalid("worker %d has no endpoint", d.ID)
 	}
-	r := applied("worker %d epoch %d at %s", d.ID, ev.Seq, d.Endpoint)
+	r := newReason().s("worker ").n(d.ID).s(" epoch ").n(ev.Seq).s(" at ").s(d.Endpoint).applied()
 	if old, ok := s.Endpoints[d.Endpoint]; ok {
 		delete(s.Workers, old)
 		r.Reason += fmt.Sprintf(", supersedes worker %d", old)
@@ -244,7 +256,7 @@ func (s *State) workerActivated(d events.WorkerActivated) Result {
 		return noop("worker %d already running", d.ID)
 	}
 	w.State = WorkerRunning
-	return applied("worker %d running", d.ID)
+	return newReason().s("worker ").n(d.ID).s(" running").applied()
 }
 
 func (s *State) workerRemoved(id, epoch uint64) Result {
@@ -256,7 +268,7 @@ func (s *State) workerRemoved(id, epoch uint64) Result {
 	if s.Endpoints[w.Endpoint] == id {
 		delete(s.Endpoints, w.Endpoint)
 	}
-	return applied("worker %d epoch %d removed", id, epoch)
+	return newReason().s("worker ").n(id).s(" epoch ").n(epoch).s(" removed").applied()
 }
 
 func (s *State) storeRegistered(ev events.Event, d events.StoreRegistered) Result {
@@ -527,7 +539,7 @@ func (s *State) shardObserved(d events.ShardObserved) Result {
 	if sh.IsMember(d.Leader) {
 		sh.Leader = d.Leader
 	}
-	return applied("shard %d observed ccid %d with %d replicas", d.Shard, d.CCID, len(d.Replicas))
+	return newReason().s("shard ").n(d.Shard).s(" observed ccid ").n(d.CCID).s(" with ").n(uint64(len(d.Replicas))).s(" replicas").applied()
 }
 
 func (s *State) operatorStarted(ev events.Event, d events.Operator) Result {

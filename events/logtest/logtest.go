@@ -242,8 +242,16 @@ func testReadStopsAtCallTail(t *testing.T, l events.Log) {
 	var got []events.Record
 	err := l.Read(ctxT(t), 1, func(r events.Record) error {
 		got = append(got, r)
-		// Grow the log under the reader.
-		next = mustAppend(t, l, next, ev(1, int(next)+1))
+		// Grow the log under the reader. (fn may run on another goroutine
+		// than the test's: it reports a failure by returning it.)
+		last, err := l.Append(ctxT(t), next, ev(1, int(next)+1))
+		if err != nil {
+			return fmt.Errorf("append under the reader after %d: %w", next, err)
+		}
+		if last != next+1 {
+			return fmt.Errorf("append under the reader after %d returned seq %d", next, last)
+		}
+		next = last
 		return nil
 	})
 	if err != nil {

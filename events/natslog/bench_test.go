@@ -181,7 +181,7 @@ func benchFill(b *testing.B, bl *benchLog, n int) {
 }
 
 // BenchmarkRead reads b.N events with Log.Read (ordered sessions on an
-// ephemeral consumer, one copy per record), without folding them.
+// ephemeral consumer), without folding them.
 func BenchmarkRead(b *testing.B) {
 	bl := newBenchLog(b)
 	benchFill(b, bl, b.N)

@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,7 +41,7 @@ const (
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
 // every pullHeartbeat, so a lost consumer is noticed within 2*pullHeartbeat.
 const (
-	pullBatch         = 256
+	pullBatch         = 1024
 	pullExpiry        = 10 * time.Second
 	pullHeartbeat     = 2 * time.Second
 	consumerInactive  = 30 * time.Second
@@ -362,7 +364,8 @@ func (l *Log) Tail(ctx context.Context) (uint64, error) {
 	return st.LastSeq, err
 }
 
-// Read implements events.Log.
+// Read implements events.Log. fn runs on a goroutine of the JetStream
+// client, one record at a time, in order, and never after Read returned.
 func (l *Log) Read(ctx context.Context, from uint64, fn func(events.Record) error) error {
 	from = max(from, 1)
 	st, err := l.state(ctx)
@@ -375,7 +378,7 @@ func (l *Log) Read(ctx context.Context, from uint64, fn func(events.Record) erro
 	return l.consume(ctx, max(from, st.FirstSeq), st.LastSeq, fn)
 }
 
-// Watch implements events.Log.
+// Watch implements events.Log; fn runs as Read's does.
 func (l *Log) Watch(ctx context.Context, from uint64, fn func(events.Record) error) error {
 	return l.consume(ctx, max(from, 1), 0, fn)
 }
@@ -427,6 +430,10 @@ func (l *Log) consume(ctx context.Context, next, until uint64, fn func(events.Re
 // session reads from *next on one consumer, advancing *next past every
 // record handed to fn. It returns nil when until was reached, fn's or ctx's
 // error as is, and *restartError when a new consumer is needed.
+//
+// fn runs on the consumer's delivery goroutine (jetstream Consume: no
+// timer, context or select per message, unlike an iterator's Next), one
+// record at a time, in order, and never after session returned.
 func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(events.Record) error) error {
 	cctx, cancel := l.reqCtx(ctx)
 	cons, err := l.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
@@ -447,58 +454,162 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 		return &restartError{err: fmt.Errorf("create consumer: %w", err)}
 	}
 	defer l.deleteConsumer(ctx, cons.CachedInfo().Name)
-	it, err := cons.Messages(
+
+	d := &delivery{next: next, until: until, fn: fn, end: make(chan error, 1)}
+	cc, err := cons.Consume(d.handle,
 		jetstream.PullMaxMessages(pullBatch),
 		jetstream.PullExpiry(pullExpiry),
 		jetstream.PullHeartbeat(pullHeartbeat),
-		jetstream.WithMessagesErrOnMissingHeartbeat(true))
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			// A missing heartbeat, a lost consumer, a reconnect: start over
+			// on a new consumer after the last record delivered.
+			d.finish(&restartError{fmt.Errorf("consume: %w", err), true})
+		}))
 	if err != nil {
 		return &restartError{fmt.Errorf("consume: %w", err), true}
 	}
-	defer it.Stop()
-	var dseq uint64 // consumer seq of the last message, for gap detection
+	defer func() {
+		d.stop() // waits for a record in fn; none is handed on after
+		cc.Stop()
+	}()
+
+	// Read (until > 0) looks for records gone from below until when the
+	// consumer has been quiet for readIdleCheck.
+	var idle <-chan time.Time
+	if until > 0 {
+		t := time.NewTicker(readIdleCheck)
+		defer t.Stop()
+		idle = t.C
+	}
 	for {
-		wctx, wcancel := ctx, context.CancelFunc(func() {})
-		if until > 0 {
-			wctx, wcancel = context.WithTimeout(ctx, readIdleCheck)
-		}
-		msg, err := it.Next(jetstream.NextContext(wctx))
-		wcancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if until > 0 && errors.Is(err, context.DeadlineExceeded) {
-				// Quiet for a while: are the records left below until gone
-				// (deleted or purged after Read took the tail)?
-				if done, err := l.noneLeft(ctx, *next, until); err != nil || done {
+		select {
+		case err := <-d.end:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-idle:
+			// Quiet for a while: are the records left below until gone
+			// (deleted or purged after Read took the tail)?
+			if from, quiet := d.quiet(); quiet {
+				if done, err := l.noneLeft(ctx, from, until); err != nil || done {
 					return err
 				}
-				continue
 			}
-			return &restartError{fmt.Errorf("next: %w", err), true}
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return &restartError{fmt.Errorf("metadata: %w", err), true}
-		}
-		if meta.Sequence.Consumer != dseq+1 || meta.Sequence.Stream < *next {
-			return &restartError{fmt.Errorf("out of order: consumer seq %d after %d, stream seq %d, want >= %d",
-				meta.Sequence.Consumer, dseq, meta.Sequence.Stream, *next), true}
-		}
-		dseq = meta.Sequence.Consumer
-		seq := meta.Sequence.Stream
-		if until > 0 && seq > until {
-			return nil
-		}
-		*next = seq + 1
-		if err := fn(events.Record{Seq: seq, Data: bytes.Clone(msg.Data())}); err != nil {
-			return err
-		}
-		if until > 0 && seq >= until {
-			return nil
 		}
 	}
+}
+
+// delivery is the consumer end of one session: it checks the order of the
+// messages and hands their records to fn.
+type delivery struct {
+	until uint64
+	fn    func(events.Record) error
+	end   chan error // the session's outcome; the first one counts
+
+	mu      sync.Mutex
+	next    *uint64 // the seq expected next, advanced past every record
+	dseq    uint64  // consumer seq of the last message, for gap detection
+	arrived bool    // a message came since the last quiet check
+	stopped bool    // the session is over: drop what still comes
+}
+
+func (d *delivery) handle(msg jetstream.Msg) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	d.arrived = true
+	dseq, seq, err := sequences(msg)
+	switch {
+	case err != nil:
+		d.finishLocked(&restartError{fmt.Errorf("metadata: %w", err), true})
+		return
+	case dseq != d.dseq+1 || seq < *d.next:
+		d.finishLocked(&restartError{fmt.Errorf("out of order: consumer seq %d after %d, stream seq %d, want >= %d",
+			dseq, d.dseq, seq, *d.next), true})
+		return
+	}
+	d.dseq = dseq
+	if d.until > 0 && seq > d.until {
+		d.finishLocked(nil)
+		return
+	}
+	*d.next = seq + 1
+	// The body is the message's own copy (nats.go copies every payload
+	// out of its read buffer), so it is handed on without another.
+	if err := d.fn(events.Record{Seq: seq, Data: msg.Data()}); err != nil {
+		d.finishLocked(err)
+		return
+	}
+	if d.until > 0 && seq >= d.until {
+		d.finishLocked(nil)
+	}
+}
+
+// finishLocked ends the session with err, unless it has ended already.
+func (d *delivery) finishLocked(err error) {
+	if d.stopped {
+		return
+	}
+	d.stopped = true
+	d.end <- err // the only send: end has room for it
+}
+
+func (d *delivery) finish(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.finishLocked(err)
+}
+
+func (d *delivery) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+}
+
+// quiet reports whether no message came since the last call, and the seq
+// expected next.
+func (d *delivery) quiet() (next uint64, quiet bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	quiet, d.arrived = !d.arrived, false
+	return *d.next, quiet
+}
+
+// sequences returns the consumer and stream sequences of msg from its ack
+// subject, as jetstream.Msg.Metadata does but without building the rest:
+// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
+// or the v2 form with <domain>.<account hash> after $JS.ACK. and a
+// trailing token.
+func sequences(msg jetstream.Msg) (consumer, stream uint64, err error) {
+	reply := msg.Reply()
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	n := strings.Count(reply, ".") + 1
+	var at int // token index of the stream seq, counted after $JS.ACK.
+	switch {
+	case !ok:
+		return 0, 0, fmt.Errorf("ack subject %q does not start with $JS.ACK.", reply)
+	case n == 9:
+		at = 3
+	case n >= 11:
+		at = 5
+	default:
+		return 0, 0, fmt.Errorf("ack subject %q has %d tokens", reply, n)
+	}
+	for range at {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	sseq, rest, _ := strings.Cut(rest, ".")
+	cseq, _, _ := strings.Cut(rest, ".")
+	stream, err = strconv.ParseUint(sseq, 10, 64)
+	if err == nil {
+		consumer, err = strconv.ParseUint(cseq, 10, 64)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("ack subject %q: %w", reply, err)
+	}
+	return consumer, stream, nil
 }
 
 // noneLeft reports whether the stream holds no record in [next, until].

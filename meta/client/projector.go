@@ -6,6 +6,7 @@ package client
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,12 +28,19 @@ type Projector struct {
 	mu      sync.Mutex
 	state   *projections.State
 	view    *projections.State // clone of state, made on demand
-	changed chan struct{}      // closed and replaced on every change
+	changed chan struct{}      // closed at the next change; made on demand
+	waiters []seqWaiter        // AwaitSeq callers, released once their seq is folded
 	lastErr error
 	healthy bool
 
 	snaps  events.SnapshotStore // nil: always fold from the state given
 	origin Origin
+}
+
+// seqWaiter is an AwaitSeq call: ch is closed once seq is folded.
+type seqWaiter struct {
+	seq uint64
+	ch  chan struct{}
 }
 
 // NewProjector returns a projector over log starting from an empty state.
@@ -45,7 +53,7 @@ func NewProjectorFrom(log events.Log, st *projections.State, logger zerolog.Logg
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	p := &Projector{log: log, logger: logger, clock: clk, state: st, changed: make(chan struct{})}
+	p := &Projector{log: log, logger: logger, clock: clk, state: st}
 	for _, o := range opts {
 		o(p)
 	}
@@ -83,8 +91,30 @@ func (p *Projector) setErr(err error) {
 	defer p.mu.Unlock()
 	p.lastErr = err
 	p.healthy = false
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.notify()
+}
+
+// notify closes the channel Changed handed out, if any. The next Changed
+// makes a new one: with nobody watching, folding an event costs no channel.
+func (p *Projector) notify() {
+	if p.changed != nil {
+		close(p.changed)
+		p.changed = nil
+	}
+}
+
+// release closes the channels of the waiters whose seq is folded.
+func (p *Projector) release() {
+	keep := p.waiters[:0]
+	for _, w := range p.waiters {
+		if w.seq <= p.state.Seq {
+			close(w.ch)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(p.waiters[len(keep):])
+	p.waiters = keep
 }
 
 func (p *Projector) apply(rec events.Record) {
@@ -94,8 +124,10 @@ func (p *Projector) apply(rec events.Record) {
 	p.view = nil
 	p.healthy = true
 	p.lastErr = nil
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.notify()
+	if len(p.waiters) > 0 {
+		p.release()
+	}
 	term := p.state.Term
 	p.mu.Unlock()
 	switch r.Outcome {
@@ -134,6 +166,9 @@ func (p *Projector) Healthy() (bool, error) {
 func (p *Projector) Changed() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
 	return p.changed
 }
 
@@ -145,20 +180,30 @@ func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State
 }
 
 // AwaitSeq blocks until the state has folded seq, without making a view.
+// It is woken once, when seq is folded, not on every event before it.
 func (p *Projector) AwaitSeq(ctx context.Context, seq uint64) error {
-	for {
-		p.mu.Lock()
-		cur, ch := p.state.Seq, p.changed
+	p.mu.Lock()
+	if p.state.Seq >= seq {
 		p.mu.Unlock()
-		if cur >= seq {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+		return nil
+	}
+	w := seqWaiter{seq: seq, ch: make(chan struct{})}
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+	select {
+	case <-w.ch:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, o := range p.waiters {
+		if o.ch == w.ch {
+			p.waiters = slices.Delete(p.waiters, i, i+1)
 			return ctx.Err()
-		case <-ch:
 		}
 	}
+	return nil // released meanwhile: seq is folded
 }
 
 // Peek calls fn with the live state, holding the fold still meanwhile: fn

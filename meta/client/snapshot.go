@@ -75,8 +75,8 @@ func (p *Projector) startFromSnapshot(ctx context.Context) {
 	p.origin.Snapshot = si
 	p.origin.LoadTook = took
 	p.healthy, p.lastErr = true, nil // the stream was just read
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.notify()
+	p.release()
 	p.mu.Unlock()
 }
 

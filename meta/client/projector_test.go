@@ -1,0 +1,107 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/meta/client"
+)
+
+func appendTerm(t *testing.T, log *events.MemLog, term uint64) uint64 {
+	t.Helper()
+	body, err := events.Encode(events.Event{Term: term, Writer: "meta-1", Data: events.TermStarted{Term: term, Leader: "meta-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log.AppendRaw(body)
+}
+
+// runProjector runs p until the test ends.
+func runProjector(t *testing.T, p *client.Projector) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestProjectorAwaitSeq: AwaitSeq returns once its seq is folded (not
+// before), at once for a seq already folded, and with ctx's error when ctx
+// ends first; Changed is closed by the next event.
+func TestProjectorAwaitSeq(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after runProjector's cleanup
+	log := events.NewMemLog()
+	appendTerm(t, log, 1)
+	appendTerm(t, log, 2)
+	p := client.NewProjector(log, zerolog.Nop(), nil)
+	runProjector(t, p)
+	ctx := context.Background()
+	if err := p.AwaitSeq(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AwaitSeq(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	early := make(chan error, 1)
+	ectx, ecancel := context.WithCancel(ctx)
+	defer ecancel()
+	go func() { done <- p.AwaitSeq(ctx, 4) }()
+	go func() { early <- p.AwaitSeq(ectx, 4) }()
+	changed := p.Changed()
+	appendTerm(t, log, 3)
+	<-changed
+	waitFor(t, "seq 3", func() bool { return p.Seq() == 3 })
+	// Released waiters return nil even when their context ends later; this
+	// one must still be waiting.
+	ecancel()
+	if err := <-early; !errors.Is(err, context.Canceled) {
+		t.Fatalf("AwaitSeq(4) at seq 3: %v, want %v", err, context.Canceled)
+	}
+	appendTerm(t, log, 4)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitSeq(4) not released at seq 4")
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { done <- p.AwaitSeq(cctx, 100) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("AwaitSeq after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitSeq ignored its context")
+	}
+	// The cancelled waiter is gone; a later one is released as usual.
+	go func() { done <- p.AwaitSeq(ctx, 5) }()
+	appendTerm(t, log, 5)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
