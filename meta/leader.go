@@ -44,8 +44,9 @@ type leaderSession struct {
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
 	reconnects uint64              // NC's reconnect count when the deadlines were last valid
 
-	rmu sync.Mutex
-	rec Recovery
+	rmu     sync.Mutex
+	rec     Recovery            // Waiting is kept in waiting instead
+	waiting map[uint64]struct{} // active workers without an acked control session
 
 	sched *schedState
 }
