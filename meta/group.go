@@ -10,7 +10,7 @@ import (
 )
 
 // maxGroup bounds the mutations decided and appended together.
-const maxGroup = 512
+const maxGroup = 2048
 
 // mutation is one decision waiting to be made and appended.
 type mutation struct {

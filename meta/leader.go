@@ -204,7 +204,7 @@ func (l *leaderSession) hearingLocked(now time.Time) bool {
 // rpcHandlers is how many requests that may append are handled at once:
 // their mutations are decided and appended in groups (see mutate), so a
 // registration burst costs one append per group, not one per worker.
-const rpcHandlers = 512
+const rpcHandlers = 2048
 
 // serveRPC answers RPCs while the term lasts: every subject under
 // <cluster>.rpc., so an unknown RPC gets a bad_request reply rather than no
@@ -218,7 +218,7 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 		return
 	}
 	prefix := client.RPCSubject(l.r.cfg.Cluster, "")
-	reqs := make(chan *nats.Msg, 1024)
+	reqs := make(chan *nats.Msg, 16384)
 	beats := make(chan *nats.Msg, 1024)
 	var wg sync.WaitGroup
 	defer wg.Wait()

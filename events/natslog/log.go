@@ -11,13 +11,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/termlog/termlog/events"
 )
@@ -36,6 +34,9 @@ const (
 const (
 	codeWrongLastSeq         jetstream.ErrorCode = 10071
 	codeWrongLastSeqConstant jetstream.ErrorCode = 10164
+	// A failed Nats-Expected-Last-Msg-Id check (JSStreamWrongLastMsgIDErrF):
+	// the event before this one of a pipelined append is not the last.
+	codeWrongLastMsgID jetstream.ErrorCode = 10070
 )
 
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
@@ -111,6 +112,9 @@ type Log struct {
 	name    string
 	cluster string
 	cfg     Config
+	// replicated: the stream has more than one replica, so appends of
+	// several events are atomic batches rather than a pipeline (Append).
+	replicated bool
 }
 
 var _ events.Log = (*Log)(nil)
@@ -157,6 +161,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		st, err := l.openStream(ctx, want)
 		if err == nil {
 			l.stream = st
+			l.replicated = st.CachedInfo().Config.Replicas > 1
 			return l, nil
 		}
 		var ce *configError
@@ -244,233 +249,6 @@ func (l *Log) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, l.cfg.RequestTimeout)
-}
-
-// Append implements events.Log. Event i gets Nats-Msg-Id
-// events.MsgID(term, expectedLast+1+i). One event is published with
-// Nats-Expected-Last-Sequence expectedLast. Several are published as one
-// JetStream atomic batch (up to maxBatch events each), whose first message
-// carries the expected last seq: the server checks the CAS and every Msg-Id
-// for the whole batch at its commit and stores all of it or nothing, in
-// about one round trip instead of one per event.
-//
-// Why a batch and not pipelined publishes with consecutive expected seqs:
-// when a foreign event took event i's seq, event i+1's expected seq matches
-// the log again and it would land after the foreign event (a new leader's
-// term.started, say). Chaining Nats-Expected-Last-Msg-Id closes that, but a
-// replicated stream checks that header only when it applies the message,
-// after registering its Msg-Id, so every refused event's <term>-<seq> id
-// would then be refused as a duplicate for the whole dedupe window. A
-// batch is checked before anything is proposed and registers nothing when
-// refused.
-//
-// An error that does not wrap events.ErrFenced leaves the outcome of the
-// failed events unknown: retry the same call, or re-read the log.
-func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Event) (uint64, error) {
-	msgs := make([]*nats.Msg, len(evs))
-	for i, ev := range evs {
-		body, err := events.Encode(ev)
-		if err != nil {
-			return 0, fmt.Errorf("natslog: append: %w", err)
-		}
-		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
-	}
-	ctx, cancel := l.reqCtx(ctx)
-	defer cancel()
-	last := expectedLast
-	for len(msgs) > 0 {
-		n := min(len(msgs), maxBatch)
-		var err error
-		if n == 1 {
-			seq := last + 1
-			err = l.publish(ctx, msgs[0], seq, events.MsgID(evs[0].Term, seq))
-		} else {
-			err = l.publishBatch(ctx, last, evs[:n], msgs[:n])
-		}
-		if err != nil {
-			var pe *partialError
-			if errors.As(err, &pe) {
-				return last + pe.stored, pe.err
-			}
-			return last, err
-		}
-		last += uint64(n)
-		evs, msgs = evs[n:], msgs[n:]
-	}
-	return last, nil
-}
-
-// maxBatch is the most events one atomic batch carries: the server's
-// default limit (max_batch_size 1000).
-const maxBatch = 1000
-
-// partialError is a batch retry whose first stored events were found
-// stored by an earlier attempt and whose rest failed with err.
-type partialError struct {
-	stored uint64
-	err    error
-}
-
-func (e *partialError) Error() string { return e.err.Error() }
-func (e *partialError) Unwrap() error { return e.err }
-
-// publishBatch stores msgs at expected+1... as one atomic batch, or finds a
-// prefix of them stored by an earlier attempt and appends the rest.
-func (l *Log) publishBatch(ctx context.Context, expected uint64, evs []events.Event, msgs []*nats.Msg) error {
-	for i, m := range msgs {
-		m.Header.Set(jetstream.ExpectedStreamHeader, l.name)
-		m.Header.Set(jetstream.MsgIDHeader, events.MsgID(evs[i].Term, expected+1+uint64(i)))
-	}
-	msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(expected, 10))
-	ack, err := l.sendBatch(ctx, msgs)
-	want := expected + uint64(len(msgs))
-	first := events.MsgID(evs[0].Term, expected+1)
-	switch {
-	case err == nil && ack.Sequence == want:
-		return nil
-	case err == nil:
-		return fmt.Errorf("natslog: append batch from %s: %w: last acked at seq %d, want %d", first, events.ErrFenced, ack.Sequence, want)
-	case !isWrongLastSeq(err) && !isBatchDuplicate(err):
-		return fmt.Errorf("natslog: append batch from %s (%d events), outcome unknown: %w", first, len(msgs), err)
-	}
-	// Refused as a whole: an earlier attempt may have stored a prefix (or
-	// all) of it. Find how much, then append the rest once.
-	for i, m := range msgs {
-		seq := expected + 1 + uint64(i)
-		ours, err := l.storedAt(ctx, m, seq)
-		if err != nil {
-			return &partialError{uint64(i), err}
-		}
-		if ours {
-			continue
-		}
-		if i == 0 {
-			return fmt.Errorf("natslog: append batch from %s: %w: seq %d does not hold it", first, events.ErrFenced, seq)
-		}
-		rest := msgs[i:]
-		for _, m := range rest {
-			m.Header.Del(jetstreamext.BatchIDHeader)
-			m.Header.Del(jetstreamext.BatchSeqHeader)
-			m.Header.Del(jetstreamext.BatchCommitHeader)
-			m.Header.Del(jetstream.ExpectedLastSeqHeader)
-		}
-		if len(rest) == 1 {
-			err = l.publish(ctx, rest[0], seq, events.MsgID(evs[i].Term, seq))
-		} else {
-			err = l.publishBatch(ctx, seq-1, evs[i:], rest)
-		}
-		if err != nil {
-			var pe *partialError
-			if errors.As(err, &pe) {
-				return &partialError{uint64(i) + pe.stored, pe.err}
-			}
-			return &partialError{uint64(i), err}
-		}
-		return nil
-	}
-	return nil
-}
-
-// sendBatch publishes msgs as one atomic batch. A batch nobody received
-// (no responders: the stream has no leader yet, or is electing one) stored
-// nothing, so it is sent again, as the client does for a single publish.
-func (l *Log) sendBatch(ctx context.Context, msgs []*nats.Msg) (*jetstreamext.BatchAck, error) {
-	backoff := restartBackoffMin
-	for {
-		ack, err := jetstreamext.PublishMsgBatch(ctx, l.js, msgs)
-		if !errors.Is(err, nats.ErrNoResponders) {
-			return ack, err
-		}
-		if werr := wait(ctx, backoff); werr != nil {
-			return nil, err
-		}
-		backoff = min(2*backoff, restartBackoffMax)
-	}
-}
-
-// storedAt reports whether seq holds m (same Msg-Id, subject and bytes):
-// false with an error wrapping ErrFenced when it holds anything else or
-// nothing, and an outcome-unknown error when it cannot be read.
-func (l *Log) storedAt(ctx context.Context, m *nats.Msg, seq uint64) (bool, error) {
-	id := m.Header.Get(jetstream.MsgIDHeader)
-	if err := l.checkStored(ctx, m, seq, id, errors.New("batch refused")); err != nil {
-		if errors.Is(err, events.ErrFenced) {
-			return false, nil
-		}
-		return false, err
-	}
-	return true, nil
-}
-
-func isBatchDuplicate(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID
-}
-
-// publish stores m at seq with message id id, or finds it already there.
-func (l *Log) publish(ctx context.Context, m *nats.Msg, seq uint64, id string) error {
-	ack, err := l.js.PublishMsg(ctx, m,
-		jetstream.WithExpectStream(l.name),
-		jetstream.WithExpectLastSequence(seq-1),
-		jetstream.WithMsgID(id))
-	return l.settle(ctx, m, seq, id, ack, err)
-}
-
-// settle decides the outcome of publishing m at seq under id from the
-// server's answer (ack or err).
-//
-// The message id alone does not prove that seq holds m: ids are
-// <term>-<seq>, so a leader that decides again on a stale view (after an
-// append whose outcome it did not learn) sends a different event under the
-// id its earlier attempt was stored with. Only m's own bytes at seq are
-// "stored by an earlier attempt"; anything else there is fenced.
-func (l *Log) settle(ctx context.Context, m *nats.Msg, seq uint64, id string, ack *jetstream.PubAck, err error) error {
-	switch {
-	case err == nil && ack.Sequence != seq:
-		// A duplicate ack (a clustered stream checks the Msg-Id before the
-		// expected seq) names the seq the id was stored at.
-		return fmt.Errorf("natslog: append %s: %w: acked at seq %d (duplicate %v), want %d",
-			id, events.ErrFenced, ack.Sequence, ack.Duplicate, seq)
-	case err == nil && !ack.Duplicate:
-		return nil
-	case err == nil:
-		// Our id is at seq (clustered: Msg-Id checked first); is our event?
-		return l.checkStored(ctx, m, seq, id, fmt.Errorf("duplicate ack at seq %d", seq))
-	case isWrongLastSeq(err):
-		// A standalone stream checks the expected last seq before the
-		// Msg-Id, so the retry of an append that landed is refused too.
-		return l.checkStored(ctx, m, seq, id, err)
-	default:
-		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %w", id, seq, err)
-	}
-}
-
-// checkStored decides an append that the server did not store now (why):
-// nil if seq holds m's id and m's bytes (an earlier attempt stored it),
-// ErrFenced if seq holds anything else or nothing, and an outcome-unknown
-// error if seq cannot be read.
-func (l *Log) checkStored(ctx context.Context, m *nats.Msg, seq uint64, id string, why error) error {
-	stored, err := l.stream.GetMsg(ctx, seq)
-	switch {
-	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id && stored.Subject == m.Subject && bytes.Equal(stored.Data, m.Data):
-		return nil // stored by an earlier attempt
-	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id:
-		return fmt.Errorf("natslog: append %s: %w: seq %d holds another event under the same msg id (%w)",
-			id, events.ErrFenced, seq, why)
-	case err == nil:
-		return fmt.Errorf("natslog: append %s: %w: seq %d holds %q (%w)",
-			id, events.ErrFenced, seq, stored.Header.Get(jetstream.MsgIDHeader), why)
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("natslog: append %s: %w: seq %d not stored (%w)", id, events.ErrFenced, seq, why)
-	default:
-		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %v; reading seq %d failed: %w", id, seq, why, seq, err)
-	}
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == codeWrongLastSeq || apiErr.ErrorCode == codeWrongLastSeqConstant)
 }
 
 // infoAttempt bounds one stream info request. A clustered stream that is

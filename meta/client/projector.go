@@ -4,8 +4,10 @@
 package client
 
 import (
+	"container/heap"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,8 +30,30 @@ type Projector struct {
 	state   *projections.State
 	view    *projections.State // clone of state, made on demand
 	changed chan struct{}      // closed and replaced on every change
+	waiters seqWaiters         // AwaitSeq calls, woken when their seq is folded
 	lastErr error
 	healthy bool
+}
+
+// seqWaiter is an AwaitSeq call waiting for seq.
+type seqWaiter struct {
+	seq  uint64
+	done chan struct{}
+}
+
+// seqWaiters is a min-heap by seq (container/heap).
+type seqWaiters []*seqWaiter
+
+func (h seqWaiters) Len() int           { return len(h) }
+func (h seqWaiters) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h seqWaiters) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *seqWaiters) Push(x any)        { *h = append(*h, x.(*seqWaiter)) }
+func (h *seqWaiters) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
 }
 
 // NewProjector returns a projector over log starting from an empty state.
@@ -87,6 +111,9 @@ func (p *Projector) apply(rec events.Record) {
 	p.lastErr = nil
 	close(p.changed)
 	p.changed = make(chan struct{})
+	for len(p.waiters) > 0 && p.waiters[0].seq <= p.state.Seq {
+		close(heap.Pop(&p.waiters).(*seqWaiter).done)
+	}
 	term := p.state.Term
 	p.mu.Unlock()
 	switch r.Outcome {
@@ -136,19 +163,29 @@ func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State
 }
 
 // AwaitSeq blocks until the state has folded seq, without making a view.
+// It is woken once, when seq is folded, not at every change: a leader has
+// thousands of calls waiting during a registration burst.
 func (p *Projector) AwaitSeq(ctx context.Context, seq uint64) error {
-	for {
-		p.mu.Lock()
-		cur, ch := p.state.Seq, p.changed
+	p.mu.Lock()
+	if p.state.Seq >= seq {
 		p.mu.Unlock()
-		if cur >= seq {
-			return nil
+		return nil
+	}
+	w := &seqWaiter{seq: seq, done: make(chan struct{})}
+	heap.Push(&p.waiters, w)
+	p.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		i := slices.Index(p.waiters, w)
+		if i < 0 {
+			return nil // folded meanwhile
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
-		}
+		heap.Remove(&p.waiters, i)
+		return ctx.Err()
 	}
 }
 
