@@ -206,6 +206,9 @@ func (l *leaderSession) hearingLocked(now time.Time) bool {
 // registration burst costs one append per group, not one per worker.
 const rpcHandlers = 2048
 
+// rpcQueue is how many requests that may append wait for a handler.
+const rpcQueue = 16384
+
 // serveRPC answers RPCs while the term lasts: every subject under
 // <cluster>.rpc., so an unknown RPC gets a bad_request reply rather than no
 // responders. Requests that may append are handled by rpcHandlers
@@ -218,7 +221,11 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 		return
 	}
 	prefix := client.RPCSubject(l.r.cfg.Cluster, "")
-	reqs := make(chan *nats.Msg, 16384)
+	// A registration burst of 10,000 workers fits in the request queue: a
+	// refused request costs its worker a 50 ms..1 s backoff, which made the
+	// burst's tail. Heartbeats keep a short queue: a renewal must not wait
+	// long behind others while the expiry decides.
+	reqs := make(chan *nats.Msg, rpcQueue)
 	beats := make(chan *nats.Msg, 1024)
 	var wg sync.WaitGroup
 	defer wg.Wait()
