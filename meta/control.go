@@ -5,7 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +51,14 @@ func (l *leaderSession) recovery() Recovery {
 	for k, v := range l.rec.Sessions {
 		r.Sessions[k] = v
 	}
-	r.Waiting = append([]uint64(nil), l.rec.Waiting...)
+	r.Waiting = make([]uint64, 0, len(l.waiting))
+	for id := range l.waiting {
+		r.Waiting = append(r.Waiting, id)
+	}
+	slices.Sort(r.Waiting)
+	if len(r.Waiting) == 0 {
+		r.Waiting = nil
+	}
 	return r
 }
 
@@ -59,9 +67,9 @@ type session struct {
 	id       uint64
 	epoch    uint64
 	conn     ControlConn
-	sent     bool // barrier injected
 	acked    bool
 	closed   bool
+	round    uint64 // last reconcile round that found it matching the projection
 }
 
 type sessionEvent struct {
@@ -69,121 +77,186 @@ type sessionEvent struct {
 	barrier uint64 // 0: the session ended
 }
 
+// controlDebounce is how long the control loop lets changes of the
+// projection accumulate before it reconciles its sessions with them: a
+// registration burst changes the projection thousands of times a second,
+// and each reconcile looks at every worker.
+const controlDebounce = 20 * time.Millisecond
+
+// controller is the state of one term's control loop; only the loop's
+// goroutine touches it.
+type controller struct {
+	l        *leaderSession
+	barrier  uint64
+	sessions map[string]*session // by endpoint
+	round    uint64
+	evc      chan sessionEvent
+	wg       sync.WaitGroup
+}
+
 // controlLoop keeps at most one control session per endpoint, matching the
 // projected workers, and runs the initial barrier recovery of this term.
+//
+// It is incremental: a change of the projection schedules one reconcile
+// controlDebounce later (changes meanwhile join it), and a reconcile costs
+// one pass over the projected workers without copying or sorting them,
+// plus work only for the workers whose session must change. A session's
+// ack or end is handled on its own, without a reconcile (an end schedules
+// one, to reconnect). Status (recovery) sorts on demand.
 func (l *leaderSession) controlLoop(ctx context.Context) {
 	cfg := &l.r.cfg
-	barrier := l.term
-	sessions := map[string]*session{}
-	evc := make(chan sessionEvent, 64)
-	var wg sync.WaitGroup
+	c := &controller{l: l, barrier: l.term, sessions: map[string]*session{}, evc: make(chan sessionEvent, 1024)}
 	defer func() {
-		for _, s := range sessions {
+		for _, s := range c.sessions {
 			s.conn.Close()
 		}
-		wg.Wait()
+		c.wg.Wait()
 	}()
 	l.rmu.Lock()
-	l.rec = Recovery{Term: l.term, State: RecoveryRecovering, Barrier: barrier, StartedAt: cfg.Clock.Now()}
+	l.rec = Recovery{Term: l.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
+	l.waiting = map[uint64]struct{}{}
 	l.rmu.Unlock()
 
+	changed := l.r.proj.Changed()
+	c.reconcile(ctx)
+	var due <-chan time.Time // a reconcile is scheduled
+	schedule := func() {
+		if due == nil {
+			due = cfg.Clock.After(controlDebounce)
+		}
+	}
+	retry := cfg.Clock.After(cfg.RecoveryRetry)
 	for {
-		changed := l.r.proj.Changed()
-		v := l.r.proj.View()
-		desired := map[string]projections.Worker{}
-		for _, w := range v.ListWorkers() {
-			desired[w.Endpoint] = w
-		}
-		// Close sessions that no longer match the projection.
-		for ep, s := range sessions {
-			w, ok := desired[ep]
-			if !ok || w.ID != s.id || w.Epoch != s.epoch || s.closed {
-				s.conn.Close()
-				delete(sessions, ep)
-			}
-		}
-		// Open one session per endpoint that has none.
-		eps := make([]string, 0, len(desired))
-		for ep := range desired {
-			eps = append(eps, ep)
-		}
-		sort.Strings(eps)
-		attempts := 0
-		for _, ep := range eps {
-			if ctx.Err() != nil {
-				return
-			}
-			w := desired[ep]
-			s, ok := sessions[ep]
-			if !ok {
-				s = l.openSession(ctx, w, &wg, evc)
-				if s == nil {
-					continue
-				}
-				sessions[ep] = s
-			}
-			if !s.sent {
-				attempts++
-				if err := client.WriteControl(s.conn, client.ControlMsg{Type: client.MsgBarrier, Barrier: barrier}); err != nil {
-					s.closed = true
-					continue
-				}
-				s.sent = true
-			}
-		}
-		var waiting []uint64
-		for _, ep := range eps {
-			if s, ok := sessions[ep]; !ok || !s.acked {
-				waiting = append(waiting, desired[ep].ID)
-			}
-		}
-		sort.Slice(waiting, func(i, j int) bool { return waiting[i] < waiting[j] })
-		l.rmu.Lock()
-		l.rec.Rounds++
-		l.rec.Attempts += attempts
-		l.rec.Waiting = waiting
-		l.rec.Sessions = map[string]uint64{}
-		for ep, s := range sessions {
-			l.rec.Sessions[ep] = s.id
-		}
-		if l.rec.State == RecoveryRecovering && len(waiting) == 0 {
-			l.rec.State = RecoveryComplete
-			l.rec.CompletedAt = cfg.Clock.Now()
-			l.rec.Took = l.rec.CompletedAt.Sub(l.rec.StartedAt)
-			l.logger.Info().Int("workers", len(desired)).Dur("took", l.rec.Took).Uint64("seq", v.Seq).Msg("initial barrier recovery complete")
-		}
-		l.rmu.Unlock()
-
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
-		case ev := <-evc:
-			l.sessionEvent(sessions, ev)
-		drain:
-			for {
-				select {
-				case ev := <-evc:
-					l.sessionEvent(sessions, ev)
-				default:
-					break drain
-				}
+			changed = l.r.proj.Changed()
+			schedule()
+		case ev := <-c.evc:
+			if c.event(ev) {
+				schedule()
 			}
-		case <-cfg.Clock.After(cfg.RecoveryRetry):
+		case <-due:
+			due = nil
+			c.reconcile(ctx)
+		case <-retry:
+			// Dials that failed are tried again.
+			retry = cfg.Clock.After(cfg.RecoveryRetry)
+			c.reconcile(ctx)
 		}
 	}
 }
 
-func (l *leaderSession) sessionEvent(sessions map[string]*session, ev sessionEvent) {
-	if sessions[ev.s.endpoint] != ev.s {
-		return // an old session
+// reconcile closes the sessions that no longer match the projection, opens
+// one (and injects the barrier) for every active worker without a matching
+// session, and recomputes who is waiting.
+func (c *controller) reconcile(ctx context.Context) {
+	l := c.l
+	c.round++
+	var (
+		open    []projections.Worker
+		waiting []uint64
+		seq     uint64
+		workers int
+	)
+	l.r.proj.Peek(func(v *projections.State) {
+		seq, workers = v.Seq, len(v.Endpoints)
+		for ep, id := range v.Endpoints {
+			w := v.Workers[id]
+			if w == nil {
+				continue
+			}
+			if s := c.sessions[ep]; s != nil && s.id == w.ID && s.epoch == w.Epoch && !s.closed {
+				s.round = c.round
+				if !s.acked {
+					waiting = append(waiting, w.ID)
+				}
+				continue
+			}
+			open = append(open, *w)
+		}
+	})
+	var gone []string
+	for ep, s := range c.sessions {
+		if s.round != c.round {
+			s.conn.Close()
+			delete(c.sessions, ep)
+			gone = append(gone, ep)
+		}
+	}
+	slices.SortFunc(open, func(a, b projections.Worker) int { return strings.Compare(a.Endpoint, b.Endpoint) })
+	attempts := 0
+	opened := make([]*session, 0, len(open))
+	for _, w := range open {
+		waiting = append(waiting, w.ID)
+		if ctx.Err() != nil {
+			continue
+		}
+		s := l.openSession(ctx, w, &c.wg, c.evc)
+		if s == nil {
+			continue
+		}
+		s.round = c.round
+		c.sessions[w.Endpoint] = s
+		opened = append(opened, s)
+		attempts++
+		if err := client.WriteControl(s.conn, client.ControlMsg{Type: client.MsgBarrier, Barrier: c.barrier}); err != nil {
+			s.closed = true
+		}
+	}
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	l.rec.Rounds++
+	l.rec.Attempts += attempts
+	for _, ep := range gone {
+		delete(l.rec.Sessions, ep)
+	}
+	for _, s := range opened {
+		l.rec.Sessions[s.endpoint] = s.id
+	}
+	clear(l.waiting)
+	for _, id := range waiting {
+		l.waiting[id] = struct{}{}
+	}
+	c.completeLocked(workers, seq)
+}
+
+// completeLocked ends the initial recovery once nobody waits. rmu held.
+func (c *controller) completeLocked(workers int, seq uint64) {
+	l := c.l
+	if l.rec.State != RecoveryRecovering || len(l.waiting) > 0 {
+		return
+	}
+	l.rec.State = RecoveryComplete
+	l.rec.CompletedAt = l.r.cfg.Clock.Now()
+	l.rec.Took = l.rec.CompletedAt.Sub(l.rec.StartedAt)
+	l.logger.Info().Int("workers", workers).Dur("took", l.rec.Took).Uint64("seq", seq).Msg("initial barrier recovery complete")
+}
+
+// event handles a session's ack or end; it reports whether a reconcile is
+// needed (the session ended and must be reopened).
+func (c *controller) event(ev sessionEvent) bool {
+	l := c.l
+	if c.sessions[ev.s.endpoint] != ev.s {
+		return false // an old session
 	}
 	if ev.barrier == 0 {
 		ev.s.closed = true
 		l.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Msg("control stream closed; reconnecting")
-		return
+		return true
+	}
+	if ev.s.acked || ev.s.closed {
+		return false
 	}
 	ev.s.acked = true
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	delete(l.waiting, ev.s.id)
+	if l.rec.State == RecoveryRecovering && len(l.waiting) == 0 {
+		c.completeLocked(len(c.sessions), l.r.proj.Seq())
+	}
+	return false
 }
 
 // openSession dials the worker, says hello and starts the session's reader.

@@ -33,15 +33,20 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
-	sem         chan struct{} // serialises decisions+appends
-	lastWritten uint64
+	// Mutations are decided and appended in groups (see group.go).
+	sem         chan struct{}      // held by the goroutine deciding and appending a group
+	qmu         sync.Mutex         // guards queue
+	queue       []*mutation        // submitted, not yet decided
+	scratch     *projections.State // with sem: the projection plus this term's appended events; nil: rebuild
+	lastWritten uint64             // with sem: seq of this term's last stored event
 
 	dmu        sync.Mutex
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
 	reconnects uint64              // NC's reconnect count when the deadlines were last valid
 
-	rmu sync.Mutex
-	rec Recovery
+	rmu     sync.Mutex
+	rec     Recovery            // Waiting is kept in waiting instead
+	waiting map[uint64]struct{} // active workers without an acked control session
 
 	sched *schedState
 }
@@ -127,95 +132,13 @@ func (l *leaderSession) startTerm(ctx context.Context) error {
 			return []events.Payload{events.TermStarted{Term: l.term, Leader: l.r.cfg.ID}}, nil
 		})
 		if err == nil {
-			l.logger.Info().Uint64("seq", l.lastWritten).Msg("term started")
+			l.logger.Info().Uint64("seq", l.r.proj.Seq()).Msg("term started")
 			return nil
 		}
 		if !errors.Is(err, events.ErrFenced) || attempt >= 5 {
 			return err
 		}
 	}
-}
-
-// mutate is the only way a leader changes cluster state: decide on the
-// current projected state, then append with expected last seq = the seq of
-// the state decided on. If a failpoint is named it is hit between the
-// decision and the append. On ErrFenced it re-projects and steps down if a
-// higher term is there. decide runs on the live state while the fold is
-// held still (no copy): it must be short and must not keep the state.
-func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
-	select {
-	case l.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-l.sem }()
-	if err := l.r.proj.AwaitSeq(ctx, l.lastWritten); err != nil {
-		return err
-	}
-	var (
-		seq, term uint64
-		payloads  []events.Payload
-		err       error
-	)
-	l.r.proj.Peek(func(v *projections.State) {
-		seq, term = v.Seq, v.Term
-		if term > l.term {
-			return
-		}
-		payloads, err = decide(v)
-	})
-	if term > l.term {
-		l.lose(fmt.Sprintf("projection shows term %d > %d", term, l.term))
-		return ErrNotLeader
-	}
-	if err != nil || len(payloads) == 0 {
-		return err
-	}
-	if fp != "" {
-		if err := l.r.cfg.Failpoints.Hit(ctx, fp); err != nil {
-			return err
-		}
-	}
-	now := l.r.cfg.Clock.Now()
-	evs := make([]events.Event, len(payloads))
-	for i, p := range payloads {
-		evs[i] = events.Event{Term: l.term, Writer: l.r.cfg.ID, At: now, Data: p}
-	}
-	last, err := l.append(ctx, seq, evs)
-	if err != nil {
-		if errors.Is(err, events.ErrFenced) {
-			l.onFenced(ctx, err)
-		}
-		return err
-	}
-	l.lastWritten = last
-	return l.r.proj.AwaitSeq(ctx, last)
-}
-
-// append retries an append whose outcome is unknown with the same message
-// ids, so it is stored once.
-func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err := l.connected(); err != nil {
-			return 0, fmt.Errorf("append at seq %d not sent: %w", expected+1, err)
-		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
-		var last uint64
-		last, err = l.r.cfg.Log.Append(actx, expected, evs...)
-		cancel()
-		if err == nil {
-			return last, nil
-		}
-		if errors.Is(err, events.ErrFenced) {
-			return 0, err
-		}
-		l.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return 0, err
 }
 
 func (l *leaderSession) onFenced(ctx context.Context, err error) {
@@ -278,10 +201,18 @@ func (l *leaderSession) hearingLocked(now time.Time) bool {
 	return true
 }
 
+// rpcHandlers is how many requests that may append are handled at once:
+// their mutations are decided and appended in groups (see mutate), so a
+// registration burst costs one append per group, not one per worker.
+const rpcHandlers = 2048
+
+// rpcQueue is how many requests that may append wait for a handler.
+const rpcQueue = 16384
+
 // serveRPC answers RPCs while the term lasts: every subject under
 // <cluster>.rpc., so an unknown RPC gets a bad_request reply rather than no
-// responders. Requests that may append are handled one at a time in this
-// goroutine; heartbeats, which only touch memory, have their own goroutine
+// responders. Requests that may append are handled by rpcHandlers
+// goroutines; heartbeats, which only touch memory, have their own goroutine
 // so they never wait behind an append (the expiry must not decide on
 // deadlines whose renewals are queued). No handler outlives the term.
 func (l *leaderSession) serveRPC(ctx context.Context) {
@@ -290,7 +221,11 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 		return
 	}
 	prefix := client.RPCSubject(l.r.cfg.Cluster, "")
-	reqs := make(chan *nats.Msg, 1024)
+	// A registration burst of 10,000 workers fits in the request queue: a
+	// refused request costs its worker a 50 ms..1 s backoff, which made the
+	// burst's tail. Heartbeats keep a short queue: a renewal must not wait
+	// long behind others while the expiry decides.
+	reqs := make(chan *nats.Msg, rpcQueue)
 	beats := make(chan *nats.Msg, 1024)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -315,6 +250,13 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 		defer wg.Done()
 		l.serveQueue(ctx, prefix, beats)
 	}()
+	for range rpcHandlers - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.serveQueue(ctx, prefix, reqs)
+		}()
+	}
 	l.serveQueue(ctx, prefix, reqs)
 }
 
@@ -431,14 +373,21 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 }
 
 func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
-	var existing *projections.Worker
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		if w, ok := v.WorkerByIncarnation(req.Incarnation); ok && w.Endpoint == req.Endpoint {
+	var (
+		existing *projections.Worker
+		id       uint64
+	)
+	seen, err := l.mutateSeen(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		// The same incarnation at the same endpoint: its existing id. (A
+		// lookup by endpoint: one active worker per endpoint, found in
+		// O(1), where a search by incarnation scans every worker.)
+		if w, ok := v.WorkerAt(req.Endpoint); ok && w.Incarnation == req.Incarnation {
 			existing = &w
 			return nil, nil
 		}
+		id = v.NextWorkerID
 		return []events.Payload{events.WorkerRegistered{
-			ID: v.NextWorkerID, Incarnation: req.Incarnation, Endpoint: req.Endpoint, Kind: req.Kind, Parallelism: req.Parallelism,
+			ID: id, Incarnation: req.Incarnation, Endpoint: req.Endpoint, Kind: req.Kind, Parallelism: req.Parallelism,
 		}}, nil
 	})
 	if err != nil {
@@ -446,14 +395,21 @@ func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest
 	}
 	w := existing
 	if w == nil {
+		// Its only event is at seen: that is its epoch. The projection
+		// folded it; a later event of the same group may already have
+		// replaced it (another incarnation at its endpoint), which the
+		// worker learns at its next heartbeat, as if it came later.
 		var got projections.Worker
-		var ok bool
-		l.r.proj.Peek(func(v *projections.State) { got, ok = v.WorkerAt(req.Endpoint) })
-		if !ok || got.Incarnation != req.Incarnation {
+		var applied, ok bool
+		l.r.proj.Peek(func(v *projections.State) {
+			applied = v.NextWorkerID > id
+			got, ok = v.Worker(id)
+		})
+		if !applied || ok && (got.Epoch != seen || got.Incarnation != req.Incarnation) {
 			return unavailable(errors.New("registration not visible in the projection"))
 		}
-		w = &got
-		l.logger.Info().Uint64("worker_id", w.ID).Uint64("epoch", w.Epoch).Str("endpoint", w.Endpoint).Msg("worker registered")
+		w = &projections.Worker{ID: id, Epoch: seen}
+		l.logger.Info().Uint64("worker_id", id).Uint64("epoch", seen).Str("endpoint", req.Endpoint).Msg("worker registered")
 	}
 	l.touch(w.ID, w.Epoch)
 	return client.Reply{ID: w.ID, Epoch: w.Epoch}
@@ -481,7 +437,11 @@ func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) clie
 }
 
 func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
-	if refused := l.owned(l.r.proj.View(), client.RPCHeartbeat, ref); refused != nil {
+	var refused *client.Reply
+	// Peek, not View: a view is a copy of every worker, made again after
+	// every change, and heartbeats arrive while registrations change it.
+	l.r.proj.Peek(func(v *projections.State) { refused = l.owned(v, client.RPCHeartbeat, ref) })
+	if refused != nil {
 		return *refused
 	}
 	now := l.r.cfg.Clock.Now()

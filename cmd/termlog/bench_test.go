@@ -57,7 +57,7 @@ func TestBenchCommand(t *testing.T) {
 	}
 	want := []string{
 		"fold.apply", "fold.decode_apply", "replay.read", "replay.projector", "catchup.snapshot",
-		"append.throughput", "append.vs_sync", "append.p50", "append.p99",
+		"append.throughput", "append.single", "append.vs_sync", "append.p50", "append.p99",
 		"register.burst", "register.append_rate", "heartbeat.cpu", "heartbeat.p99",
 		"failover.term_started", "failover.recovered", "memory.projection", "memory.leader",
 	}

@@ -51,6 +51,8 @@ func Run(t *testing.T, newLog func(t *testing.T) events.Log) {
 		{"FencedTooHigh", testFencedTooHigh},
 		{"FencedOtherTermSameSeq", testFencedOtherTermSameSeq},
 		{"FencedMultiStoresNothing", testFencedMultiStoresNothing},
+		{"AppendLargeGroups", testAppendLargeGroups},
+		{"FencedGroupNoSuffixAfterForeign", testFencedGroupNoSuffixAfterForeign},
 		{"RacingWriters", testRacingWriters},
 		{"RetrySameAppend", testRetrySameAppend},
 		{"RetryMultiAfterPrefix", testRetryMultiAfterPrefix},
@@ -475,6 +477,34 @@ func testFencedMultiStoresNothing(t *testing.T, l events.Log) {
 	wantFenced(t, err, "multi-event append expecting 1 on tail 2")
 	wantTail(t, l, 2)
 	checkRecords(t, readAll(t, l, 1), 1, evs(1, 1, 2))
+}
+
+// Groups of hundreds of events (what a leader appends under a registration
+// burst) land in order at consecutive seqs, group after group.
+func testAppendLargeGroups(t *testing.T, l events.Log) {
+	const group = 300
+	first, second := evs(1, 1, group), evs(1, group+1, group)
+	mustAppend(t, l, 0, first...)
+	mustAppend(t, l, group, second...)
+	wantTail(t, l, 2*group)
+	checkRecords(t, readAll(t, l, 1), 1, append(first, second...))
+}
+
+// A foreign event took the seq of a group's first event. Each later event's
+// expected last seq now matches the log (the foreign event filled the gap
+// the first one left), yet none of them may land: nothing a fenced writer
+// decided may follow another writer's event.
+func testFencedGroupNoSuffixAfterForeign(t *testing.T, l events.Log) {
+	mustAppend(t, l, 0, ev(3, 1))
+	foreign := ev(4, 2)
+	mustAppend(t, l, 1, foreign)
+	_, err := l.Append(ctxT(t), 1, evs(3, 10, 5)...)
+	wantFenced(t, err, "group whose first seq a foreign event took")
+	wantTail(t, l, 2)
+	checkRecords(t, readAll(t, l, 1), 1, []events.Event{ev(3, 1), foreign})
+	// The writer's own next group, decided on the log as it is, lands.
+	mustAppend(t, l, 2, evs(3, 20, 3)...)
+	wantTail(t, l, 5)
 }
 
 // Two writers of different terms append at the same expected seq at once:

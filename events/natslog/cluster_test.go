@@ -2,6 +2,7 @@ package natslog_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 )
 
@@ -113,5 +115,68 @@ func TestCluster3Nodes(t *testing.T) {
 	}
 	if info := st.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		t.Fatalf("stream replicas %d, cluster %+v", info.Config.Replicas, info.Cluster)
+	}
+	testReplicatedAppends(t, nc, js)
+}
+
+// testReplicatedAppends: appends of several events to a replicated stream
+// are atomic batches; they keep the Log contract (the logtest suite's
+// append cases, checked through the stream API rather than Read).
+func testReplicatedAppends(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
+	l := open(t, nc, natslog.Config{Cluster: "r3batch", Replicas: 3})
+	st, err := js.Stream(ctxT(t), l.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.CachedInfo().Config.AllowAtomicPublish {
+		t.Fatal("replicated stream does not allow atomic batches")
+	}
+	group := func(term, first uint64, n int) []events.Event {
+		out := make([]events.Event, n)
+		for i := range out {
+			out[i] = ev(term, first+uint64(i))
+		}
+		return out
+	}
+	wantAppend := func(expected uint64, evs []events.Event, want uint64) {
+		t.Helper()
+		if got, err := l.Append(ctxT(t), expected, evs...); err != nil || got != want {
+			t.Fatalf("Append(expected %d, %d events) = %d, %v; want %d", expected, len(evs), got, err, want)
+		}
+	}
+	wantTail := func(want uint64) {
+		t.Helper()
+		if got, err := l.Tail(ctxT(t)); err != nil || got != want {
+			t.Fatalf("Tail = %d, %v; want %d", got, err, want)
+		}
+	}
+	wantAppend(0, group(1, 1, 5), 5)
+	wantAppend(5, []events.Event{ev(2, 100)}, 6) // a foreign writer
+	// A group expecting 5 on tail 6: its later events' seqs would match the
+	// log again, yet nothing of it lands.
+	if _, err := l.Append(ctxT(t), 5, group(1, 10, 4)...); !errors.Is(err, events.ErrFenced) {
+		t.Fatalf("group after a foreign event: %v, want ErrFenced", err)
+	}
+	wantTail(6)
+	// The refused ids (1-7..1-9) are not held as duplicates: the same
+	// writer's next group uses them.
+	g := group(1, 20, 3)
+	wantAppend(6, g, 9)
+	wantAppend(6, g, 9) // the retry of a landed group
+	wantTail(9)
+	// The retry of a group whose first half landed stores the rest once.
+	h := group(1, 30, 4)
+	wantAppend(9, h[:2], 11)
+	wantAppend(9, h, 13)
+	wantTail(13)
+	want := []string{"1-1", "1-2", "1-3", "1-4", "1-5", "2-6", "1-7", "1-8", "1-9", "1-10", "1-11", "1-12", "1-13"}
+	for i, id := range want {
+		m, err := st.GetMsg(ctxT(t), uint64(i+1))
+		if err != nil {
+			t.Fatalf("seq %d: %v", i+1, err)
+		}
+		if got := m.Header.Get(jetstream.MsgIDHeader); got != id {
+			t.Errorf("seq %d holds msg id %q, want %q", i+1, got, id)
+		}
 	}
 }

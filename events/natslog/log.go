@@ -7,7 +7,6 @@
 package natslog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +35,9 @@ const (
 const (
 	codeWrongLastSeq         jetstream.ErrorCode = 10071
 	codeWrongLastSeqConstant jetstream.ErrorCode = 10164
+	// A failed Nats-Expected-Last-Msg-Id check (JSStreamWrongLastMsgIDErrF):
+	// the event before this one of a pipelined append is not the last.
+	codeWrongLastMsgID jetstream.ErrorCode = 10070
 )
 
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
@@ -111,6 +113,9 @@ type Log struct {
 	name    string
 	cluster string
 	cfg     Config
+	// replicated: the stream has more than one replica, so appends of
+	// several events are atomic batches rather than a pipeline (Append).
+	replicated bool
 }
 
 var _ events.Log = (*Log)(nil)
@@ -144,6 +149,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.Duplicates,
 		AllowDirect: false, // a direct get may be served by a stale replica
+		// Appends of several events are atomic batches (see Append).
+		AllowAtomicPublish: true,
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -155,6 +162,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		st, err := l.openStream(ctx, want)
 		if err == nil {
 			l.stream = st
+			l.replicated = st.CachedInfo().Config.Replicas > 1
 			return l, nil
 		}
 		var ce *configError
@@ -182,8 +190,17 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 	if err != nil {
 		return nil, err
 	}
-	if err := checkConfig(st.CachedInfo().Config, want); err != nil {
+	got := st.CachedInfo().Config
+	if err := checkConfig(got, want); err != nil {
 		return nil, err
+	}
+	if !got.AllowAtomicPublish {
+		// A stream made before appends were batched: allow batches. This
+		// changes nothing stored; an older server refuses it (error).
+		got.AllowAtomicPublish = true
+		if st, err = l.js.UpdateStream(ctx, got); err != nil {
+			return nil, fmt.Errorf("allow atomic batches on existing stream %s: %w", want.Name, err)
+		}
 	}
 	return st, nil
 }
@@ -233,93 +250,6 @@ func (l *Log) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, l.cfg.RequestTimeout)
-}
-
-// Append implements events.Log. Event i is published with
-// Nats-Expected-Last-Sequence expectedLast+i and Nats-Msg-Id
-// events.MsgID(term, expectedLast+1+i). An error that does not wrap
-// events.ErrFenced leaves the outcome of the failed event unknown: retry the
-// same call, or re-read the log.
-func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Event) (uint64, error) {
-	msgs := make([]*nats.Msg, len(evs))
-	for i, ev := range evs {
-		body, err := events.Encode(ev)
-		if err != nil {
-			return 0, fmt.Errorf("natslog: append: %w", err)
-		}
-		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
-	}
-	last := expectedLast
-	for i, m := range msgs {
-		seq := expectedLast + 1 + uint64(i)
-		if err := l.publish(ctx, m, seq, events.MsgID(evs[i].Term, seq)); err != nil {
-			return last, err
-		}
-		last = seq
-	}
-	return last, nil
-}
-
-// publish stores m at seq with message id id, or finds it already there.
-//
-// The message id alone does not prove that seq holds m: ids are
-// <term>-<seq>, so a leader that decides again on a stale view (after an
-// append whose outcome it did not learn) sends a different event under the
-// id its earlier attempt was stored with. Only m's own bytes at seq are
-// "stored by an earlier attempt"; anything else there is fenced.
-func (l *Log) publish(ctx context.Context, m *nats.Msg, seq uint64, id string) error {
-	ctx, cancel := l.reqCtx(ctx)
-	defer cancel()
-	ack, err := l.js.PublishMsg(ctx, m,
-		jetstream.WithExpectStream(l.name),
-		jetstream.WithExpectLastSequence(seq-1),
-		jetstream.WithMsgID(id))
-	switch {
-	case err == nil && ack.Sequence != seq:
-		// A duplicate ack (a clustered stream checks the Msg-Id before the
-		// expected seq) names the seq the id was stored at.
-		return fmt.Errorf("natslog: append %s: %w: acked at seq %d (duplicate %v), want %d",
-			id, events.ErrFenced, ack.Sequence, ack.Duplicate, seq)
-	case err == nil && !ack.Duplicate:
-		return nil
-	case err == nil:
-		// Our id is at seq (clustered: Msg-Id checked first); is our event?
-		return l.checkStored(ctx, m, seq, id, fmt.Errorf("duplicate ack at seq %d", seq))
-	case isWrongLastSeq(err):
-		// A standalone stream checks the expected last seq before the
-		// Msg-Id, so the retry of an append that landed is refused too.
-		return l.checkStored(ctx, m, seq, id, err)
-	default:
-		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %w", id, seq, err)
-	}
-}
-
-// checkStored decides an append that the server did not store now (why):
-// nil if seq holds m's id and m's bytes (an earlier attempt stored it),
-// ErrFenced if seq holds anything else or nothing, and an outcome-unknown
-// error if seq cannot be read.
-func (l *Log) checkStored(ctx context.Context, m *nats.Msg, seq uint64, id string, why error) error {
-	stored, err := l.stream.GetMsg(ctx, seq)
-	switch {
-	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id && stored.Subject == m.Subject && bytes.Equal(stored.Data, m.Data):
-		return nil // stored by an earlier attempt
-	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id:
-		return fmt.Errorf("natslog: append %s: %w: seq %d holds another event under the same msg id (%w)",
-			id, events.ErrFenced, seq, why)
-	case err == nil:
-		return fmt.Errorf("natslog: append %s: %w: seq %d holds %q (%w)",
-			id, events.ErrFenced, seq, stored.Header.Get(jetstream.MsgIDHeader), why)
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("natslog: append %s: %w: seq %d not stored (%w)", id, events.ErrFenced, seq, why)
-	default:
-		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %v; reading seq %d failed: %w", id, seq, why, seq, err)
-	}
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == codeWrongLastSeq || apiErr.ErrorCode == codeWrongLastSeqConstant)
 }
 
 // infoAttempt bounds one stream info request. A clustered stream that is

@@ -139,6 +139,9 @@ func TestStreamConfig(t *testing.T) {
 	if cfg.Duplicates != natslog.DefaultDuplicates || cfg.Replicas != 1 {
 		t.Errorf("duplicates %s replicas %d", cfg.Duplicates, cfg.Replicas)
 	}
+	if !cfg.AllowAtomicPublish {
+		t.Errorf("allow_atomic is not set: appends of several events cannot be batches")
+	}
 	// The default cluster.
 	if got := open(t, nc, natslog.Config{}).Stream(); got != "TERMLOG_TERMLOG" {
 		t.Errorf("default stream = %q", got)
@@ -207,6 +210,46 @@ func TestOpenBindsExisting(t *testing.T) {
 	if seq, err := l2.Append(ctxT(t), 3, ev(2, 3)); err != nil || seq != 4 {
 		t.Fatalf("append through the second handle = %d, %v", seq, err)
 	}
+}
+
+// A stream made before appends were batched is updated to allow atomic
+// batches, keeps its events, and takes batched appends.
+func TestOpenAllowsBatchesOnOldStream(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := jetstream.StreamConfig{Name: "TERMLOG_OLD", Subjects: []string{"old.ev.>"}, Storage: jetstream.FileStorage, Duplicates: natslog.DefaultDuplicates}
+	st, err := js.CreateStream(ctxT(t), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctxT(t), "old.ev.worker.registered", mustEncode(t, ev(1, 0))); err != nil {
+		t.Fatal(err)
+	}
+	l := open(t, nc, natslog.Config{Cluster: "old"})
+	info, err := st.Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Config.AllowAtomicPublish || info.State.Msgs != 1 {
+		t.Fatalf("after open: allow_atomic %v, %d msgs; want true, 1", info.Config.AllowAtomicPublish, info.State.Msgs)
+	}
+	if seq, err := l.Append(ctxT(t), 1, ev(1, 1), ev(1, 2), ev(1, 3)); err != nil || seq != 4 {
+		t.Fatalf("batched append = %d, %v; want 4, nil", seq, err)
+	}
+}
+
+func mustEncode(t *testing.T, e events.Event) []byte {
+	t.Helper()
+	b, err := events.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestCorruptRecord(t *testing.T) {

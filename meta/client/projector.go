@@ -4,6 +4,7 @@
 package client
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"slices"
@@ -29,7 +30,7 @@ type Projector struct {
 	state   *projections.State
 	view    *projections.State // clone of state, made on demand
 	changed chan struct{}      // closed at the next change; made on demand
-	waiters []seqWaiter        // AwaitSeq callers, released once their seq is folded
+	waiters seqWaiters         // AwaitSeq calls, a min-heap by seq, released once their seq is folded
 	lastErr error
 	healthy bool
 
@@ -37,10 +38,25 @@ type Projector struct {
 	origin Origin
 }
 
-// seqWaiter is an AwaitSeq call: ch is closed once seq is folded.
+// seqWaiter is an AwaitSeq call waiting for seq.
 type seqWaiter struct {
-	seq uint64
-	ch  chan struct{}
+	seq  uint64
+	done chan struct{}
+}
+
+// seqWaiters is a min-heap by seq (container/heap).
+type seqWaiters []*seqWaiter
+
+func (h seqWaiters) Len() int           { return len(h) }
+func (h seqWaiters) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h seqWaiters) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *seqWaiters) Push(x any)        { *h = append(*h, x.(*seqWaiter)) }
+func (h *seqWaiters) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
 }
 
 // NewProjector returns a projector over log starting from an empty state.
@@ -105,16 +121,9 @@ func (p *Projector) notify() {
 
 // release closes the channels of the waiters whose seq is folded.
 func (p *Projector) release() {
-	keep := p.waiters[:0]
-	for _, w := range p.waiters {
-		if w.seq <= p.state.Seq {
-			close(w.ch)
-		} else {
-			keep = append(keep, w)
-		}
+	for len(p.waiters) > 0 && p.waiters[0].seq <= p.state.Seq {
+		close(heap.Pop(&p.waiters).(*seqWaiter).done)
 	}
-	clear(p.waiters[len(keep):])
-	p.waiters = keep
 }
 
 func (p *Projector) apply(rec events.Record) {
@@ -187,23 +196,22 @@ func (p *Projector) AwaitSeq(ctx context.Context, seq uint64) error {
 		p.mu.Unlock()
 		return nil
 	}
-	w := seqWaiter{seq: seq, ch: make(chan struct{})}
-	p.waiters = append(p.waiters, w)
+	w := &seqWaiter{seq: seq, done: make(chan struct{})}
+	heap.Push(&p.waiters, w)
 	p.mu.Unlock()
 	select {
-	case <-w.ch:
+	case <-w.done:
 		return nil
 	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, o := range p.waiters {
-		if o.ch == w.ch {
-			p.waiters = slices.Delete(p.waiters, i, i+1)
-			return ctx.Err()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		i := slices.Index(p.waiters, w)
+		if i < 0 {
+			return nil // folded meanwhile
 		}
+		heap.Remove(&p.waiters, i)
+		return ctx.Err()
 	}
-	return nil // released meanwhile: seq is folded
 }
 
 // Peek calls fn with the live state, holding the fold still meanwhile: fn

@@ -1,0 +1,305 @@
+package natslog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/termlog/termlog/events"
+)
+
+// Append implements events.Log. Event i gets Nats-Msg-Id
+// events.MsgID(term, expectedLast+1+i) and is stored at expectedLast+1+i.
+// One event is published with Nats-Expected-Last-Sequence expectedLast.
+// Several cost about one round trip, not one each, and are stored as a
+// prefix of themselves that follows nothing foreign:
+//
+//   - On a single server they are pipelined: all are sent before the first
+//     ack is awaited, event i with expected last seq expectedLast+i and,
+//     after the first, Nats-Expected-Last-Msg-Id = the id of event i-1.
+//     The expected seq alone would not fence: when a foreign event takes
+//     event i's seq, event i+1's expected seq matches the log again and it
+//     would land after the foreign event (a new leader's term.started,
+//     say). The msg-id chain lets event i+1 land only right after event i.
+//   - On a replicated stream they are one JetStream atomic batch (up to
+//     maxBatch events each), the expected last seq on its first message:
+//     the server checks the CAS and every Msg-Id for the whole batch before
+//     proposing it and stores all or nothing. The chain would not do
+//     there: a replicated stream checks Nats-Expected-Last-Msg-Id only when
+//     it applies a message, after registering its Msg-Id at the proposal,
+//     so each refused event's <term>-<seq> id would be refused as a
+//     duplicate for the whole dedupe window, and the leader's next attempt
+//     at that seq with it. A single server checks every header before it
+//     registers anything, and stages an atomic batch in a file store,
+//     which is several times slower than the pipeline.
+//
+// An error that does not wrap events.ErrFenced leaves the outcome of the
+// failed events (and of the ones after them) unknown: retry the same call,
+// or re-read the log.
+func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Event) (uint64, error) {
+	msgs := make([]*nats.Msg, len(evs))
+	for i, ev := range evs {
+		body, err := events.Encode(ev)
+		if err != nil {
+			return 0, fmt.Errorf("natslog: append: %w", err)
+		}
+		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
+	}
+	ctx, cancel := l.reqCtx(ctx)
+	defer cancel()
+	switch {
+	case len(msgs) == 1:
+		seq := expectedLast + 1
+		if err := l.publish(ctx, msgs[0], seq, events.MsgID(evs[0].Term, seq)); err != nil {
+			return expectedLast, err
+		}
+		return seq, nil
+	case !l.replicated:
+		return l.pipeline(ctx, expectedLast, evs, msgs)
+	}
+	last := expectedLast
+	for len(msgs) > 0 {
+		n := min(len(msgs), maxBatch)
+		var err error
+		if n == 1 {
+			seq := last + 1
+			err = l.publish(ctx, msgs[0], seq, events.MsgID(evs[0].Term, seq))
+		} else {
+			err = l.publishBatch(ctx, last, evs[:n], msgs[:n])
+		}
+		if err != nil {
+			var pe *partialError
+			if errors.As(err, &pe) {
+				return last + pe.stored, pe.err
+			}
+			return last, err
+		}
+		last += uint64(n)
+		evs, msgs = evs[n:], msgs[n:]
+	}
+	return last, nil
+}
+
+// pipeline publishes msgs asynchronously with the msg-id chain (see
+// Append), then settles their acks in order, stopping at the first failure.
+func (l *Log) pipeline(ctx context.Context, expectedLast uint64, evs []events.Event, msgs []*nats.Msg) (uint64, error) {
+	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
+	var sendErr error
+	for i, m := range msgs {
+		seq := expectedLast + 1 + uint64(i)
+		opts := []jetstream.PublishOpt{
+			jetstream.WithExpectStream(l.name),
+			jetstream.WithExpectLastSequence(seq - 1),
+			jetstream.WithMsgID(events.MsgID(evs[i].Term, seq)),
+		}
+		if i > 0 {
+			opts = append(opts, jetstream.WithExpectLastMsgID(events.MsgID(evs[i-1].Term, seq-1)))
+		}
+		f, err := l.js.PublishMsgAsync(m, opts...)
+		if err != nil {
+			sendErr = fmt.Errorf("natslog: append %s at seq %d not sent: %w", events.MsgID(evs[i].Term, seq), seq, err)
+			break
+		}
+		futs = append(futs, f)
+	}
+	last := expectedLast
+	for i, f := range futs {
+		seq := expectedLast + 1 + uint64(i)
+		var (
+			ack *jetstream.PubAck
+			err error
+		)
+		select {
+		case ack = <-f.Ok():
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err := l.settle(ctx, msgs[i], seq, events.MsgID(evs[i].Term, seq), ack, err); err != nil {
+			return last, err
+		}
+		last = seq
+	}
+	return last, sendErr
+}
+
+// maxBatch is the most events one atomic batch carries: the server's
+// default limit (max_batch_size 1000).
+const maxBatch = 1000
+
+// partialError is a batch retry whose first stored events were found
+// stored by an earlier attempt and whose rest failed with err.
+type partialError struct {
+	stored uint64
+	err    error
+}
+
+func (e *partialError) Error() string { return e.err.Error() }
+func (e *partialError) Unwrap() error { return e.err }
+
+// publishBatch stores msgs at expected+1... as one atomic batch, or finds a
+// prefix of them stored by an earlier attempt and appends the rest.
+func (l *Log) publishBatch(ctx context.Context, expected uint64, evs []events.Event, msgs []*nats.Msg) error {
+	for i, m := range msgs {
+		m.Header.Set(jetstream.ExpectedStreamHeader, l.name)
+		m.Header.Set(jetstream.MsgIDHeader, events.MsgID(evs[i].Term, expected+1+uint64(i)))
+	}
+	msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(expected, 10))
+	ack, err := l.sendBatch(ctx, msgs)
+	want := expected + uint64(len(msgs))
+	first := events.MsgID(evs[0].Term, expected+1)
+	switch {
+	case err == nil && ack.Sequence == want:
+		return nil
+	case err == nil:
+		return fmt.Errorf("natslog: append batch from %s: %w: last acked at seq %d, want %d", first, events.ErrFenced, ack.Sequence, want)
+	case !isWrongLastSeq(err) && !isBatchDuplicate(err):
+		return fmt.Errorf("natslog: append batch from %s (%d events), outcome unknown: %w", first, len(msgs), err)
+	}
+	// Refused as a whole: an earlier attempt may have stored a prefix (or
+	// all) of it. Find how much, then append the rest once.
+	for i, m := range msgs {
+		seq := expected + 1 + uint64(i)
+		ours, err := l.storedAt(ctx, m, seq)
+		if err != nil {
+			return &partialError{uint64(i), err}
+		}
+		if ours {
+			continue
+		}
+		if i == 0 {
+			return fmt.Errorf("natslog: append batch from %s: %w: seq %d does not hold it", first, events.ErrFenced, seq)
+		}
+		rest := msgs[i:]
+		for _, m := range rest {
+			m.Header.Del(jetstreamext.BatchIDHeader)
+			m.Header.Del(jetstreamext.BatchSeqHeader)
+			m.Header.Del(jetstreamext.BatchCommitHeader)
+			m.Header.Del(jetstream.ExpectedLastSeqHeader)
+		}
+		if len(rest) == 1 {
+			err = l.publish(ctx, rest[0], seq, events.MsgID(evs[i].Term, seq))
+		} else {
+			err = l.publishBatch(ctx, seq-1, evs[i:], rest)
+		}
+		if err != nil {
+			var pe *partialError
+			if errors.As(err, &pe) {
+				return &partialError{uint64(i) + pe.stored, pe.err}
+			}
+			return &partialError{uint64(i), err}
+		}
+		return nil
+	}
+	return nil
+}
+
+// sendBatch publishes msgs as one atomic batch. A batch nobody received
+// (no responders: the stream has no leader yet, or is electing one) stored
+// nothing, so it is sent again, as the client does for a single publish.
+func (l *Log) sendBatch(ctx context.Context, msgs []*nats.Msg) (*jetstreamext.BatchAck, error) {
+	backoff := restartBackoffMin
+	for {
+		ack, err := jetstreamext.PublishMsgBatch(ctx, l.js, msgs)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return ack, err
+		}
+		if werr := wait(ctx, backoff); werr != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, restartBackoffMax)
+	}
+}
+
+// storedAt reports whether seq holds m (same Msg-Id, subject and bytes):
+// false with an error wrapping ErrFenced when it holds anything else or
+// nothing, and an outcome-unknown error when it cannot be read.
+func (l *Log) storedAt(ctx context.Context, m *nats.Msg, seq uint64) (bool, error) {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	if err := l.checkStored(ctx, m, seq, id, errors.New("batch refused")); err != nil {
+		if errors.Is(err, events.ErrFenced) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+func isBatchDuplicate(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishDuplicateMsgID
+}
+
+// publish stores m at seq with message id id, or finds it already there.
+func (l *Log) publish(ctx context.Context, m *nats.Msg, seq uint64, id string) error {
+	ack, err := l.js.PublishMsg(ctx, m,
+		jetstream.WithExpectStream(l.name),
+		jetstream.WithExpectLastSequence(seq-1),
+		jetstream.WithMsgID(id))
+	return l.settle(ctx, m, seq, id, ack, err)
+}
+
+// settle decides the outcome of publishing m at seq under id from the
+// server's answer (ack or err).
+//
+// The message id alone does not prove that seq holds m: ids are
+// <term>-<seq>, so a leader that decides again on a stale view (after an
+// append whose outcome it did not learn) sends a different event under the
+// id its earlier attempt was stored with. Only m's own bytes at seq are
+// "stored by an earlier attempt"; anything else there is fenced.
+func (l *Log) settle(ctx context.Context, m *nats.Msg, seq uint64, id string, ack *jetstream.PubAck, err error) error {
+	switch {
+	case err == nil && ack.Sequence != seq:
+		// A duplicate ack (a clustered stream checks the Msg-Id before the
+		// expected seq) names the seq the id was stored at.
+		return fmt.Errorf("natslog: append %s: %w: acked at seq %d (duplicate %v), want %d",
+			id, events.ErrFenced, ack.Sequence, ack.Duplicate, seq)
+	case err == nil && !ack.Duplicate:
+		return nil
+	case err == nil:
+		// Our id is at seq (clustered: Msg-Id checked first); is our event?
+		return l.checkStored(ctx, m, seq, id, fmt.Errorf("duplicate ack at seq %d", seq))
+	case isWrongLastSeq(err):
+		// A standalone stream checks the expected last seq before the
+		// Msg-Id, so the retry of an append that landed is refused too.
+		return l.checkStored(ctx, m, seq, id, err)
+	default:
+		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %w", id, seq, err)
+	}
+}
+
+// checkStored decides an append that the server did not store now (why):
+// nil if seq holds m's id and m's bytes (an earlier attempt stored it),
+// ErrFenced if seq holds anything else or nothing, and an outcome-unknown
+// error if seq cannot be read.
+func (l *Log) checkStored(ctx context.Context, m *nats.Msg, seq uint64, id string, why error) error {
+	stored, err := l.stream.GetMsg(ctx, seq)
+	switch {
+	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id && stored.Subject == m.Subject && bytes.Equal(stored.Data, m.Data):
+		return nil // stored by an earlier attempt
+	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id:
+		return fmt.Errorf("natslog: append %s: %w: seq %d holds another event under the same msg id (%w)",
+			id, events.ErrFenced, seq, why)
+	case err == nil:
+		return fmt.Errorf("natslog: append %s: %w: seq %d holds %q (%w)",
+			id, events.ErrFenced, seq, stored.Header.Get(jetstream.MsgIDHeader), why)
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("natslog: append %s: %w: seq %d not stored (%w)", id, events.ErrFenced, seq, why)
+	default:
+		return fmt.Errorf("natslog: append %s at seq %d, outcome unknown: %v; reading seq %d failed: %w", id, seq, why, seq, err)
+	}
+}
+
+// isWrongLastSeq reports a failed CAS: the expected last seq or, in a
+// pipeline, the expected last msg id did not match.
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == codeWrongLastSeq || apiErr.ErrorCode == codeWrongLastSeqConstant || apiErr.ErrorCode == codeWrongLastMsgID)
+}

@@ -1,0 +1,254 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/projections"
+)
+
+// maxGroup bounds the mutations decided and appended together.
+const maxGroup = 2048
+
+// mutation is one decision waiting to be made and appended.
+type mutation struct {
+	ctx    context.Context
+	fp     string
+	decide func(v *projections.State) ([]events.Payload, error)
+	done   chan mutationResult // buffered; exactly one result is sent
+}
+
+// mutationResult: on success, seen is the seq of the state the decision
+// saw, its own events included; it is stored.
+type mutationResult struct {
+	seen uint64
+	err  error
+}
+
+// mutate is the only way a leader changes cluster state: decide on the
+// projected state, then append with expected last seq = the seq of the state
+// decided on. It returns once the decision's events are stored and the
+// projection holds them (or the decision appended nothing), or with the
+// error that stopped it. If a failpoint is named it is hit between the
+// decision and the append. On ErrFenced the leader re-projects and steps
+// down if a higher term is there. decide must be short and must not keep
+// the state.
+//
+// Mutations submitted while a group is being appended are decided and
+// appended together, as one group, in submission order (flat combining:
+// whichever caller finds no group in progress decides and appends the
+// queue, the others wait for their results). Each decision of a group
+// sees the effects of those before it: the group is decided on a scratch
+// state — the projection plus every event this term appended or decided —
+// and appended with one fenced append whose expected last seq is the seq
+// of that scratch state before the group. The fencing is therefore the
+// same as for one decision: the group lands only if nothing else was
+// appended since the state its first decision saw, and a decision is
+// answered as a success only if everything it saw is stored.
+func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
+	_, err := l.mutateSeen(ctx, fp, decide)
+	return err
+}
+
+// mutateSeen is mutate that also returns the seq of the state the decision
+// saw, its own events included: a decision that appended one event finds
+// it at that seq.
+func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) (uint64, error) {
+	m := &mutation{ctx: ctx, fp: fp, decide: decide, done: make(chan mutationResult, 1)}
+	l.qmu.Lock()
+	l.queue = append(l.queue, m)
+	l.qmu.Unlock()
+	for {
+		select {
+		case res := <-m.done:
+			return l.finish(ctx, res)
+		case l.sem <- struct{}{}:
+			l.combine(ctx)
+			<-l.sem
+		case <-ctx.Done():
+			if l.withdraw(m) {
+				return 0, ctx.Err()
+			}
+			// Taken into a group already: its append is bounded by
+			// AppendTimeout per attempt; report its real outcome.
+			return l.finish(ctx, <-m.done)
+		}
+	}
+}
+
+func (l *leaderSession) finish(ctx context.Context, res mutationResult) (uint64, error) {
+	if res.err != nil {
+		return 0, res.err
+	}
+	return res.seen, l.r.proj.AwaitSeq(ctx, res.seen)
+}
+
+// withdraw removes m from the queue if it is still there.
+func (l *leaderSession) withdraw(m *mutation) bool {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	for i, q := range l.queue {
+		if q == m {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// take removes up to maxGroup mutations from the head of the queue.
+func (l *leaderSession) take() []*mutation {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	n := min(len(l.queue), maxGroup)
+	group := append([]*mutation(nil), l.queue[:n]...)
+	l.queue = append(l.queue[:0], l.queue[n:]...)
+	return group
+}
+
+// decided is a mutation of a group that produced its decision.
+type decided struct {
+	m    *mutation
+	seen uint64 // scratch seq after its events
+}
+
+// combine decides and appends one group. The caller holds sem.
+func (l *leaderSession) combine(ctx context.Context) {
+	group := l.take()
+	if len(group) == 0 {
+		return
+	}
+	st, err := l.scratchState(ctx)
+	if err != nil {
+		for _, m := range group {
+			m.done <- mutationResult{err: err}
+		}
+		return
+	}
+	base := st.Seq
+	now := l.r.cfg.Clock.Now()
+	var (
+		evs []events.Event
+		ok  []decided
+	)
+	for _, m := range group {
+		if err := m.ctx.Err(); err != nil {
+			m.done <- mutationResult{err: err}
+			continue
+		}
+		payloads, err := m.decide(st)
+		if err == nil && len(payloads) > 0 && m.fp != "" {
+			err = l.r.cfg.Failpoints.Hit(m.ctx, m.fp)
+		}
+		var mine []events.Event
+		var bodies [][]byte
+		for _, p := range payloads {
+			if err != nil {
+				break
+			}
+			ev := events.Event{Term: l.term, Writer: l.r.cfg.ID, At: now, Data: p}
+			var b []byte
+			if b, err = events.Encode(ev); err == nil {
+				mine, bodies = append(mine, ev), append(bodies, b)
+			}
+		}
+		if err != nil {
+			m.done <- mutationResult{err: err}
+			continue
+		}
+		// Later decisions of the group see these events: fold them into
+		// the scratch state exactly as the projection will fold them.
+		for _, b := range bodies {
+			st.DecodeApply(st.Seq+1, b)
+		}
+		evs = append(evs, mine...)
+		ok = append(ok, decided{m: m, seen: st.Seq})
+	}
+	stored := base
+	if len(evs) > 0 {
+		stored, err = l.append(ctx, base, evs)
+		if err != nil {
+			l.scratch = nil // holds events that may not be stored
+			if errors.Is(err, events.ErrFenced) {
+				l.onFenced(ctx, err)
+			}
+		}
+		l.lastWritten = max(l.lastWritten, stored)
+	}
+	for _, d := range ok {
+		if d.seen <= stored {
+			d.m.done <- mutationResult{seen: d.seen}
+		} else {
+			d.m.done <- mutationResult{err: err}
+		}
+	}
+}
+
+// scratchState returns the state the next group is decided on: the kept
+// scratch state when it is still the projection plus this term's own
+// appends, else a fresh copy of the projection. It fails with ErrNotLeader
+// when the projection shows a higher term.
+func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, error) {
+	if l.scratch == nil {
+		// A fresh copy must hold every event this term stored.
+		if err := l.r.proj.AwaitSeq(ctx, l.lastWritten); err != nil {
+			return nil, err
+		}
+	}
+	var term uint64
+	l.r.proj.Peek(func(v *projections.State) {
+		term = v.Term
+		if term > l.term {
+			return
+		}
+		if sc := l.scratch; sc != nil {
+			switch {
+			case v.Seq > sc.Seq:
+				// Something this term did not append: decide on it.
+				l.scratch = nil
+			case v.Seq == sc.Seq && (v.NextWorkerID != sc.NextWorkerID || len(v.Workers) != len(sc.Workers) || v.Term != sc.Term):
+				l.logger.Error().Uint64("seq", v.Seq).Msg("scratch state differs from the projection at the same seq; rebuilding it")
+				l.scratch = nil
+			}
+		}
+		if l.scratch == nil {
+			l.scratch = v.Clone()
+		}
+	})
+	if term > l.term {
+		l.lose(fmt.Sprintf("projection shows term %d > %d", term, l.term))
+		return nil, ErrNotLeader
+	}
+	return l.scratch, nil
+}
+
+// append retries an append whose outcome is unknown with the same message
+// ids, so it is stored once. It returns the seq of the last event known to
+// be stored: the last one on success, at least expected on failure.
+func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
+	var err error
+	stored := expected
+	for attempt := 0; attempt < 3; attempt++ {
+		if err := l.connected(); err != nil {
+			return stored, fmt.Errorf("append at seq %d not sent: %w", expected+1, err)
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
+		var last uint64
+		last, err = l.r.cfg.Log.Append(actx, expected, evs...)
+		cancel()
+		stored = max(stored, last)
+		if err == nil {
+			return last, nil
+		}
+		if errors.Is(err, events.ErrFenced) {
+			return stored, err
+		}
+		l.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("events", len(evs)).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return stored, err
+}
