@@ -35,12 +35,10 @@ type storeNode struct {
 }
 
 func (c *cluster_) newStore(id string) *storeNode {
-	nc, err := nats.Connect(c.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(nc.Close)
-	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: c.openLog(nc)}
+	nc := c.connAs(natslog.RoleStore)
+	// A store may only read the stream: it waits for a meta to create it.
+	lg := c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: c.auth != ""})
+	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: lg}
 	n.start()
 	c.t.Cleanup(n.stop)
 	return n

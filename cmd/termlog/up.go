@@ -40,6 +40,8 @@ type upOpts struct {
 	timeout  time.Duration
 	interval time.Duration
 	replicas int // of the stream and the lease bucket
+	sec      serverSecurity
+	authDir  string // --auth-dir of up: "" means <data>/auth
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -50,9 +52,14 @@ func newUp(g *globals) *cobra.Command {
 		Long: `up starts an embedded NATS JetStream server on 127.0.0.1, the meta replicas and
 the workers, waits until the cluster is healthy (a leader, every worker running,
 barrier recovery complete), then prints a compact status line until Ctrl-C.
-The data directory survives: running up again resumes the same stream.`,
+The data directory survives: running up again resumes the same stream.
+
+Every connection authenticates as its role with the keys in <data>/auth (or
+--auth-dir), generated on the first start; --insecure runs an open server, and
+--tls requires TLS with a CA and certificate generated into <auth dir>/tls.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicas = int(g.replicas)
+			o.authDir = g.auth.authDir
 			return runUp(cmd.Context(), g, o, cmd.OutOrStdout())
 		},
 	}
@@ -69,6 +76,7 @@ The data directory survives: running up again resumes the same stream.`,
 	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
 	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	f.DurationVar(&o.interval, "status-every", time.Second, "status line interval")
+	o.sec.register(cmd)
 	return cmd
 }
 
@@ -103,12 +111,27 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startEmbeddedNATS(data, o.port, o.replicas)
+	authDir := o.authDir
+	if authDir == "" {
+		authDir = filepath.Join(data, "auth")
+	}
+	sec, err := o.sec.setup(g.cluster, authDir, out)
+	if err != nil {
+		return err
+	}
+	srv, err := startEmbeddedNATS(data, o.port, o.replicas, sec)
 	if err != nil {
 		return fmt.Errorf("start NATS (is port %d in use? try --nats-port 0): %w", o.port, err)
 	}
 	defer srv.Shutdown()
 	fmt.Fprintf(out, "termlog up: NATS JetStream at %s (stream and lease at R%d), data in %s\n", srv.URLs(0), max(o.replicas, 1), data)
+	look := "go run ./cmd/termlog status --nats " + srv.URLs(0)
+	if sec.authDir != "" {
+		look += " --auth-dir " + sec.authDir
+	}
+	if sec.caFile != "" {
+		look += " --tls-ca " + sec.caFile
+	}
 
 	// Shut down in order: workers (they deregister), stores, then metas.
 	var wg, wwg, swg sync.WaitGroup
@@ -127,7 +150,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	var metas []*meta.Replica
 	for i := 1; i <= o.metas; i++ {
 		id := fmt.Sprintf("meta-%d", i)
-		nc, err := srv.Connect(i-1, id)
+		nc, err := srv.Connect(i-1, id, natslog.RoleMeta)
 		if err != nil {
 			return err
 		}
@@ -141,7 +164,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		go func() { defer wg.Done(); _ = r.Run(runCtx) }()
 	}
 	for i := 1; i <= o.workers; i++ {
-		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i))
+		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i), natslog.RoleWorker)
 		if err != nil {
 			return err
 		}
@@ -153,7 +176,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
-		nc, err := srv.Connect(i-1, id)
+		nc, err := srv.Connect(i-1, id, natslog.RoleStore)
 		if err != nil {
 			return err
 		}
@@ -190,7 +213,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 				healthy = true
 				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete, %d shards 3/3\n",
 					time.Since(start).Round(time.Millisecond), leader.ID(), term, running, shardsOK)
-				fmt.Fprintf(out, "look at it:  go run ./cmd/termlog status --nats %s\n", srv.URLs(0))
+				fmt.Fprintf(out, "look at it:  %s\n", look)
 				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
 			}
 		}
@@ -299,7 +322,8 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas})
+	// A store may only read the stream: it binds to the one the metas made.
+	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas, Bind: true})
 	if err != nil {
 		return nil, err
 	}

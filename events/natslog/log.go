@@ -64,6 +64,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// OpenTimeout bounds Open when its context has no deadline; default 30s.
 	OpenTimeout time.Duration
+	// Bind makes Open never create the stream, only wait for it: for the
+	// roles that may only read it (stores, status, replay), whose
+	// credentials do not allow creating streams.
+	Bind bool
 }
 
 func (c Config) withDefaults() Config {
@@ -170,6 +174,9 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
 	defer cancel()
 	st, err := l.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && l.cfg.Bind {
+		return nil, fmt.Errorf("%w (waiting for a meta replica to create it)", err)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = l.js.CreateStream(ctx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
