@@ -34,6 +34,9 @@ const (
 const (
 	codeWrongLastSeq         jetstream.ErrorCode = 10071
 	codeWrongLastSeqConstant jetstream.ErrorCode = 10164
+	// codeReplicasNotSupported: replicas > 1 asked of a standalone server
+	// (JSStreamReplicasNotSupportedErr); retrying cannot help.
+	codeReplicasNotSupported jetstream.ErrorCode = 10074
 )
 
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
@@ -184,11 +187,21 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 			st, err = l.js.Stream(ctx, want.Name)
 		}
 	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == codeReplicasNotSupported {
+		return nil, &configError{msg: fmt.Sprintf("%d replicas need a clustered JetStream, and this NATS server is standalone: use replicas 1, or a 3-node NATS cluster (%v)", want.Replicas, err)}
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := checkConfig(st.CachedInfo().Config, want); err != nil {
+	got := st.CachedInfo().Config
+	if err := checkConfig(got, want); err != nil {
 		return nil, err
+	}
+	if got.Replicas < want.Replicas {
+		// Binding it would silently run with less redundancy than asked.
+		return nil, &configError{msg: fmt.Sprintf("existing stream %s has %d replicas, %d asked: raise its replicas (nats stream edit %s --replicas %d) or ask for %d",
+			got.Name, got.Replicas, want.Replicas, got.Name, want.Replicas, got.Replicas)}
 	}
 	return st, nil
 }
