@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -447,5 +448,32 @@ func TestPermTLS(t *testing.T) {
 	if nc, err := nats.Connect(c.srv.ClientURL(), append(seed, nats.NoReconnect())...); err == nil {
 		nc.Close()
 		t.Fatal("connected without trusting the CA")
+	}
+}
+
+// TestPermRPCNamesMatchClient: natslog cannot import meta/client, so the
+// RPC names in the role permissions are spelled out there; they must be
+// the client's.
+func TestPermRPCNamesMatchClient(t *testing.T) {
+	for _, tc := range []struct {
+		role natslog.Role
+		rpcs []string
+	}{
+		{natslog.RoleWorker, []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister}},
+		{natslog.RoleStore, []string{client.RPCStoreRegister, client.RPCStoreHeartbeat}},
+	} {
+		allow := natslog.Permissions(cluster, tc.role, "UKEY").Publish.Allow
+		for _, r := range tc.rpcs {
+			if !slices.Contains(allow, client.RPCSubject(cluster, r)) {
+				t.Errorf("role %s may not send %s (allowed: %v)", tc.role, client.RPCSubject(cluster, r), allow)
+			}
+		}
+	}
+	if p := natslog.Permissions(cluster, natslog.RoleMeta, "UKEY"); !slices.Contains(p.Subscribe.Allow, client.RPCSubject(cluster, ">")) ||
+		!slices.Contains(p.Publish.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
+		t.Errorf("meta may not serve the RPCs or call the stores: %+v %+v", p.Subscribe, p.Publish)
+	}
+	if p := natslog.Permissions(cluster, natslog.RoleStore, "UKEY"); !slices.Contains(p.Subscribe.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
+		t.Errorf("a store may not serve its exec subject: %+v", p.Subscribe)
 	}
 }

@@ -106,11 +106,15 @@ type secured struct {
 	authDir string              // "" when insecure
 	tls     *tls.Config         // nil: plaintext
 	caFile  string              // the generated CA, if any
+	// routeTLS is mutual TLS between cluster nodes: with --tls, or with
+	// --tls-cert/--tls-key and the CA that signed them (--tls-ca).
+	routeTLS *tls.Config
 }
 
 // setup generates (first start) or loads the role keys in authDir and the
-// TLS material, and says so on out.
-func (s *serverSecurity) setup(cluster, authDir string, out io.Writer) (secured, error) {
+// TLS material, and says so on out. peerCA (--tls-ca) is the CA of an
+// explicit --tls-cert, for mutual TLS between cluster nodes.
+func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (secured, error) {
 	var sec secured
 	if s.insecure {
 		fmt.Fprintln(out, "WARNING: --insecure: the NATS server takes any client without credentials")
@@ -144,6 +148,11 @@ func (s *serverSecurity) setup(cluster, authDir string, out io.Writer) (secured,
 		}
 		sec.tls = c
 		fmt.Fprintf(out, "TLS: certificate %s\n", s.tlsCert)
+		if peerCA != "" {
+			if sec.routeTLS, err = natslog.RouteTLSConfig(s.tlsCert, s.tlsKey, peerCA); err != nil {
+				return sec, err
+			}
+		}
 	case s.tls:
 		if sec.authDir == "" {
 			abs, err := filepath.Abs(authDir)
@@ -161,11 +170,15 @@ func (s *serverSecurity) setup(cluster, authDir string, out io.Writer) (secured,
 		if _, err := natslog.InitTLS(dir); err != nil {
 			return sec, err
 		}
-		c, err := natslog.ServerTLSConfig(filepath.Join(dir, natslog.TLSCertFile), filepath.Join(dir, natslog.TLSKeyFile))
+		cert, key, ca := filepath.Join(dir, natslog.TLSCertFile), filepath.Join(dir, natslog.TLSKeyFile), filepath.Join(dir, natslog.TLSCAFile)
+		c, err := natslog.ServerTLSConfig(cert, key)
 		if err != nil {
 			return sec, err
 		}
-		sec.tls, sec.caFile = c, filepath.Join(dir, natslog.TLSCAFile)
+		if sec.routeTLS, err = natslog.RouteTLSConfig(cert, key, ca); err != nil {
+			return sec, err
+		}
+		sec.tls, sec.caFile = c, ca
 		fmt.Fprintf(out, "TLS: clients take --tls-ca %s\n", sec.caFile)
 	}
 	return sec, nil

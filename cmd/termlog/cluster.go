@@ -114,7 +114,7 @@ func startEmbeddedNATS(data string, port, replicas int, sec secured) (*embeddedN
 	for i := range replicas {
 		cfg := natslog.ServerConfig{
 			DataDir: filepath.Join(data, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
-			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Auth: sec.auth, TLS: sec.tls,
+			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS,
 		}
 		if i == 0 {
 			cfg.Port = port

@@ -90,11 +90,14 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 			if authDir == "" {
 				authDir = filepath.Join(data, "auth")
 			}
-			s, err := sec.setup(g.cluster, authDir, cmd.OutOrStdout())
+			s, err := sec.setup(g.cluster, authDir, g.auth.tlsCA, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
 			cfg.Auth, cfg.TLS = s.auth, s.tls
+			if cfg.ClusterName != "" {
+				cfg.RouteTLS = s.routeTLS
+			}
 			srv, err := natslog.StartServer(cfg)
 			if err != nil {
 				return err

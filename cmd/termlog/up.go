@@ -115,7 +115,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if authDir == "" {
 		authDir = filepath.Join(data, "auth")
 	}
-	sec, err := o.sec.setup(g.cluster, authDir, out)
+	sec, err := o.sec.setup(g.cluster, authDir, g.auth.tlsCA, out)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,9 @@ import (
 // loopback is the only address an embedded server listens on.
 const loopback = "127.0.0.1"
 
+// tlsTimeout bounds a TLS handshake (client or route).
+const tlsTimeout = 5 * time.Second
+
 // DefaultReadyTimeout bounds how long StartServer waits for the server to
 // accept clients and for JetStream to answer.
 const DefaultReadyTimeout = 10 * time.Second
@@ -70,6 +73,11 @@ type ServerConfig struct {
 	// connections excepted); nil serves plaintext.
 	TLS *tls.Config
 
+	// RouteTLS, when set on a cluster node, makes its routes mutual TLS
+	// (see RouteTLSConfig): a node without a certificate signed by the
+	// cluster's CA cannot join. nil: plaintext routes on 127.0.0.1.
+	RouteTLS *tls.Config
+
 	// Routes are the route URLs of the cluster's nodes, for example
 	// "nats-route://127.0.0.1:6222"; this node's own URL may be listed too.
 	// Required with ClusterName (JetStream needs configured routes). Only
@@ -83,8 +91,8 @@ func (c ServerConfig) clustered() bool { return c.ClusterName != "" }
 // routeURLs validates the clustering fields and parses Routes.
 func (c ServerConfig) routeURLs() ([]*url.URL, error) {
 	if !c.clustered() {
-		if c.ClusterPort != 0 || len(c.Routes) > 0 {
-			return nil, errors.New("ClusterPort and Routes need a ClusterName")
+		if c.ClusterPort != 0 || len(c.Routes) > 0 || c.RouteTLS != nil {
+			return nil, errors.New("ClusterPort, Routes and RouteTLS need a ClusterName")
 		}
 		return nil, nil
 	}
@@ -195,10 +203,16 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		if cport == 0 {
 			cport = server.RANDOM_PORT
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: loopback, Port: cport}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: loopback, Port: cport, TLSConfig: cfg.RouteTLS}
+		if cfg.RouteTLS != nil {
+			opts.Cluster.TLSTimeout = tlsTimeout.Seconds()
+		}
 		opts.Routes = routes
 	}
 	opts.TLSConfig = cfg.TLS
+	if cfg.TLS != nil {
+		opts.TLSTimeout = tlsTimeout.Seconds()
+	}
 	var ready nkeys.KeyPair
 	if cfg.Auth != nil {
 		if opts.Nkeys, err = cfg.Auth.users(); err != nil {

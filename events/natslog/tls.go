@@ -70,9 +70,10 @@ func InitTLS(dir string) (bool, error) {
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     now.Add(tlsValidity),
 			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			IPAddresses:  []net.IP{net.ParseIP(loopback)},
-			DNSNames:     []string{"localhost"},
+			// Client auth too: cluster nodes present it to each other.
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			IPAddresses: []net.IP{net.ParseIP(loopback)},
+			DNSNames:    []string{"localhost"},
 		}
 		srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
 		if err != nil {
@@ -111,4 +112,25 @@ func ServerTLSConfig(certFile, keyFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("natslog: TLS certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// RouteTLSConfig is ServerConfig.RouteTLS: the nodes of a cluster present
+// certFile to each other and accept only certificates signed by caFile
+// (mutual TLS), so a route is both encrypted and authenticated. The
+// certificate must allow client and server auth (InitTLS's does).
+func RouteTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
+	c, err := ServerTLSConfig(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("natslog: route TLS CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("natslog: route TLS CA %s: no PEM certificate", caFile)
+	}
+	c.RootCAs, c.ClientCAs, c.ClientAuth = pool, pool, tls.RequireAndVerifyClientCert
+	return c, nil
 }
