@@ -5,8 +5,10 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,23 @@ type cluster_ struct {
 	t      *testing.T
 	srvCfg natslog.ServerConfig
 	srv    *natslog.Server
+	// auth is the dir of the role keys the server requires; "" runs an
+	// open server and every connection may do anything.
+	auth string
+	// storeSnapshots makes newStore's stores start from the snapshot
+	// bucket (bound when they start; a meta must have made it).
+	storeSnapshots bool
+
+	mu     sync.Mutex
+	denied []string // permission violations reported to connAs connections
+}
+
+// violations are the permission violations the server reported to the
+// connections of connAs (unless a test installed its own error handler).
+func (c *cluster_) violations() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.denied...)
 }
 
 func newCluster(t *testing.T) *cluster_ {
@@ -58,6 +77,24 @@ func newClusterOnPort(t *testing.T) *cluster_ {
 	_, port, _ := net.SplitHostPort(freePort(t))
 	p, _ := strconv.Atoi(port)
 	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Port: p}}
+	c.startNATS()
+	return c
+}
+
+// newSecureCluster runs NATS requiring the role keys it generates: every
+// connection of the harness authenticates as its role (metas as meta,
+// workers as worker, stores as store, the test itself as admin).
+func newSecureCluster(t *testing.T) *cluster_ {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "auth")
+	if _, err := natslog.InitAuth(dir); err != nil {
+		t.Fatal(err)
+	}
+	a, err := natslog.LoadServerAuth(dir, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Auth: a}, auth: dir}
 	c.startNATS()
 	return c
 }
@@ -81,11 +118,33 @@ func portOf(url string) int {
 	return p
 }
 
-// conn opens a connection like the termlog roles': it never gives up
-// reconnecting and never buffers a publish while reconnecting.
+// conn opens an admin connection like the termlog roles': it never gives
+// up reconnecting and never buffers a publish while reconnecting.
 func (c *cluster_) conn() *nats.Conn {
 	c.t.Helper()
-	nc, err := c.srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1))
+	return c.connAs(natslog.RoleAdmin)
+}
+
+// connAs is conn authenticated as role (on an open server, role does not
+// matter).
+func (c *cluster_) connAs(role natslog.Role, opts ...nats.Option) *nats.Conn {
+	c.t.Helper()
+	record := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			c.mu.Lock()
+			c.denied = append(c.denied, string(role)+": "+err.Error())
+			c.mu.Unlock()
+		}
+	})
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1), record}, opts...)
+	if c.auth != "" {
+		ro, err := natslog.RoleOptions(c.auth, role)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		opts = append(opts, ro...)
+	}
+	nc, err := c.srv.Connect(opts...)
 	if err != nil {
 		c.t.Fatalf("connect: %v", err)
 	}
@@ -95,9 +154,15 @@ func (c *cluster_) conn() *nats.Conn {
 
 func (c *cluster_) openLog(nc *nats.Conn) *natslog.Log {
 	c.t.Helper()
+	return c.openLogWith(nc, natslog.Config{Cluster: cluster})
+}
+
+// openLogWith opens the log with cfg.
+func (c *cluster_) openLogWith(nc *nats.Conn, cfg natslog.Config) *natslog.Log {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster})
+	l, err := natslog.Open(ctx, nc, cfg)
 	if err != nil {
 		c.t.Fatalf("open log: %v", err)
 	}
@@ -122,11 +187,12 @@ type metaOpts struct {
 	lease         time.Duration                 // default 3 s
 	leaseReplicas int                           // default 1
 	wrapLog       func(*natslog.Log) events.Log // wraps the log the replica appends to
+	snapshotEvery int                           // > 0: snapshots in the cluster's bucket every N events
 }
 
 func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 	c.t.Helper()
-	nc := c.conn()
+	nc := c.connAs(natslog.RoleMeta)
 	return runMeta(c.t, nc, c.openLog(nc), id, o)
 }
 
@@ -152,11 +218,20 @@ func runMeta(t *testing.T, nc *nats.Conn, lg *natslog.Log, id string, o metaOpts
 	if o.wrapLog != nil {
 		log = o.wrapLog(lg)
 	}
+	var snaps events.SnapshotStore
+	if o.snapshotEvery > 0 {
+		s, err := natslog.OpenSnapshots(ctx, lg)
+		if err != nil {
+			t.Fatalf("snapshots: %v", err)
+		}
+		snaps = s
+	}
 	fp := failpoint.New()
 	r, err := meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
 		Clock: o.clock, Logger: testLogger(t), Failpoints: fp, Scheduler: o.scheduler,
+		Snapshots: snaps, SnapshotEvery: o.snapshotEvery,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +269,7 @@ type workerNode struct {
 
 func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	return runWorker(c.t, c.conn(), endpoint, incarnation, heartbeat)
+	return runWorker(c.t, c.connAs(natslog.RoleWorker), endpoint, incarnation, heartbeat)
 }
 
 // runWorker runs a worker process on a connection of the caller's: its

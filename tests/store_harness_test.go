@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
@@ -35,12 +36,10 @@ type storeNode struct {
 }
 
 func (c *cluster_) newStore(id string) *storeNode {
-	nc, err := nats.Connect(c.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(nc.Close)
-	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: c.openLog(nc)}
+	nc := c.connAs(natslog.RoleStore)
+	// A store may only read the stream: it waits for a meta to create it.
+	lg := c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: c.auth != ""})
+	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: lg}
 	n.start()
 	c.t.Cleanup(n.stop)
 	return n
@@ -49,10 +48,20 @@ func (c *cluster_) newStore(id string) *storeNode {
 func (n *storeNode) start() {
 	t := n.c.t
 	t.Helper()
+	var snaps events.SnapshotStore
+	if n.c.storeSnapshots {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := natslog.BindSnapshots(ctx, n.log)
+		cancel()
+		if err != nil {
+			t.Fatalf("store %s binds the snapshot bucket: %v", n.id, err)
+		}
+		snaps = s
+	}
 	s, err := logstore.OpenStore(logstore.StoreConfig{
 		Host:    logstore.Config{StoreID: n.id, DataDir: n.dir, RaftAddr: n.addr, RTTMillisecond: 20},
 		Cluster: cluster, NC: n.nc, Log: n.log, Heartbeat: 200 * time.Millisecond, Resync: 200 * time.Millisecond,
-		Logger: testLogger(t),
+		Logger: testLogger(t), Snapshots: snaps,
 	})
 	if err != nil {
 		t.Fatalf("open store %s: %v", n.id, err)

@@ -118,12 +118,12 @@ func run(t *testing.T, bin string, args ...string) (string, error) {
 
 // healthy polls status --json until a leader, 3 running workers and
 // 2 shards with 3 members each are projected, and returns that status.
-func healthy(t *testing.T, bin, url string) Status {
+func healthy(t *testing.T, bin, url, auth string) Status {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		out, err := run(t, bin, "status", "--json", "--nats", url)
+		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
 		last = out
 		if err == nil {
 			var s Status
@@ -167,22 +167,43 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	data := t.TempDir()
 	port := freeTCPPort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	auth := filepath.Join(data, "auth") // up generates the role keys there
 
 	p := startUp(t, bin, data, port)
-	first := healthy(t, bin, url)
+	first := healthy(t, bin, url, auth)
 	p.waitFor(t, "healthy after")
+	if !strings.Contains(p.out.String(), "credentials: generated role keys in "+auth) {
+		t.Fatalf("up did not say where the credentials are:\n%s", p.out.String())
+	}
+	for _, role := range []string{"admin", "meta", "worker", "store", "observer"} {
+		if fi, err := os.Stat(filepath.Join(auth, role+".nk")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s key: %v (mode %v), want mode 0600", role, err, fi)
+		}
+	}
+	// The server is not open: no keys, or keys it does not know, are refused.
+	other := filepath.Join(t.TempDir(), "other")
+	if out, err := run(t, bin, "auth", "init", "--dir", other); err != nil {
+		t.Fatalf("auth init: %v\n%s", err, out)
+	}
+	if out, err := run(t, bin, "status", "--nats", url, "--auth-dir", other); err == nil || !strings.Contains(out, "Authorization Violation") {
+		t.Fatalf("status with unknown keys: %v\n%s", err, out)
+	}
+	// An observer may not step the leader down; the admin may (below).
+	if out, err := run(t, bin, "meta", "stepdown", "--nats", url, "--creds", filepath.Join(auth, "observer.nk")); err == nil || !strings.Contains(out, "Permissions Violation") {
+		t.Fatalf("an observer stepped the leader down:\n%s", out)
+	}
 
-	out, err := run(t, bin, "worker", "list", "--nats", url)
+	out, err := run(t, bin, "worker", "list", "--nats", url, "--auth-dir", auth)
 	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 2 {
 		t.Fatalf("worker list: %v\n%s", err, out)
 	}
 	// Kill the leader from another terminal: another replica takes over.
-	if out, err := run(t, bin, "meta", "stepdown", "--nats", url); err != nil || !strings.Contains(out, "stepping down") {
+	if out, err := run(t, bin, "meta", "stepdown", "--nats", url, "--auth-dir", auth); err != nil || !strings.Contains(out, "stepping down") {
 		t.Fatalf("meta stepdown: %v\n%s", err, out)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err := run(t, bin, "status", "--json", "--nats", url)
+		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
 		var s Status
 		if err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader {
 			first = s
@@ -195,7 +216,7 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	}
 
 	export := filepath.Join(t.TempDir(), "events.jsonl")
-	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url); err != nil {
+	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url, "--auth-dir", auth); err != nil {
 		t.Fatalf("replay export: %v\n%s", err, out)
 	}
 	if out, err := run(t, bin, "replay", "--check", "--file", export); err != nil || !strings.HasPrefix(out, "ok:") {
@@ -211,12 +232,12 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 
 	// Up again on the same data: the same stream, a later term.
 	p2 := startUp(t, bin, data, port)
-	second := healthy(t, bin, url)
+	second := healthy(t, bin, url, auth)
 	p2.waitFor(t, "healthy after")
 	if second.Term <= first.Term || second.Seq <= first.Seq {
 		t.Fatalf("restart did not resume: term %d -> %d, seq %d -> %d", first.Term, second.Term, first.Seq, second.Seq)
 	}
-	out, err = run(t, bin, "replay", "--type", "term.started", "--nats", url)
+	out, err = run(t, bin, "replay", "--type", "term.started", "--nats", url, "--auth-dir", auth)
 	if err != nil || strings.Count(out, "term.started") < 2 {
 		t.Fatalf("term history after restart: %v\n%s", err, out)
 	}
@@ -231,7 +252,7 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	}
 	var hashes []string
 	for _, extra := range []string{"--state", "--no-snapshot"} {
-		cmd := exec.Command(bin, "replay", "--until-seq", fmt.Sprint(second.Seq), "--json", extra, "--nats", url)
+		cmd := exec.Command(bin, "replay", "--until-seq", fmt.Sprint(second.Seq), "--json", extra, "--nats", url, "--auth-dir", auth)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

@@ -36,6 +36,14 @@ func (g *globals) logConfig() natslog.Config {
 	return natslog.Config{Cluster: g.cluster, Replicas: int(g.replicas)}
 }
 
+// readConfig is logConfig for the roles that only read the stream: they
+// wait for a meta replica to create it (their keys may not create it).
+func (g *globals) readConfig() natslog.Config {
+	c := g.logConfig()
+	c.Bind = true
+	return c
+}
+
 // natsClusterOpts are the clustering flags of `termlog nats`.
 type natsClusterOpts struct {
 	name        string
@@ -77,19 +85,20 @@ func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerC
 // --replicas 3 a 3-node cluster on loopback in this process.
 type embeddedNATS struct {
 	srvs []*natslog.Server
+	sec  secured
 }
 
 // startEmbeddedNATS starts the servers: data/nats for one, data/nats-1..3
 // for three, the first on port (0: a free one), the others on free ports.
 // Routes are picked afresh each start: a node is known to its peers by its
 // name, not its address.
-func startEmbeddedNATS(data string, port, replicas int) (*embeddedNATS, error) {
+func startEmbeddedNATS(data string, port, replicas int, sec secured) (*embeddedNATS, error) {
 	if replicas <= 1 {
-		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
+		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Auth: sec.auth, TLS: sec.tls})
 		if err != nil {
 			return nil, err
 		}
-		return &embeddedNATS{srvs: []*natslog.Server{srv}}, nil
+		return &embeddedNATS{srvs: []*natslog.Server{srv}, sec: sec}, nil
 	}
 	var routePorts []int
 	var routes []string
@@ -101,11 +110,11 @@ func startEmbeddedNATS(data string, port, replicas int) (*embeddedNATS, error) {
 		routePorts = append(routePorts, p)
 		routes = append(routes, natslog.RouteURL(p))
 	}
-	e := &embeddedNATS{}
+	e := &embeddedNATS{sec: sec}
 	for i := range replicas {
 		cfg := natslog.ServerConfig{
 			DataDir: filepath.Join(data, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
-			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes,
+			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS,
 		}
 		if i == 0 {
 			cfg.Port = port
@@ -142,13 +151,19 @@ func (e *embeddedNATS) URLs(first int) string {
 	return strings.Join(out, ",")
 }
 
-// Connect dials every node, node i%n first, and keeps reconnecting.
-func (e *embeddedNATS) Connect(i int, name string) (*nats.Conn, error) {
+// Connect dials every node as role, node i%n first, and keeps
+// reconnecting.
+func (e *embeddedNATS) Connect(i int, name string, role natslog.Role) (*nats.Conn, error) {
+	ro, err := e.sec.clientOptions(role)
+	if err != nil {
+		return nil, err
+	}
+	opts := append(roleConnOptions(name), ro...)
 	if len(e.srvs) == 1 {
-		return e.srvs[0].Connect(roleConnOptions(name)...)
+		return e.srvs[0].Connect(opts...)
 	}
 	urls := e.URLs(i % len(e.srvs))
-	nc, err := nats.Connect(urls, append(roleConnOptions(name), nats.DontRandomize())...)
+	nc, err := nats.Connect(urls, append(opts, nats.DontRandomize())...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", urls, err)
 	}

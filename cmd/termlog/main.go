@@ -28,6 +28,7 @@ type globals struct {
 	logFormat string
 	logLevel  string
 	replicas  replicasValue
+	auth      authFlags
 }
 
 func newRoot() *cobra.Command {
@@ -43,7 +44,8 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or console")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().Var(&g.replicas, "replicas", "replicas of the event stream and the lease bucket when they are created: 1, or 3 on a 3-node NATS cluster")
-	root.AddCommand(newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g), newBench(g))
+	g.auth.register(root)
+	root.AddCommand(newAuthCmd(), newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g), newBench(g))
 	return root
 }
 

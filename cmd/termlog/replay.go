@@ -169,7 +169,7 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		defer fh.Close()
 		src = replay.JSONL(fh)
 	} else {
-		nc, l, err := connectStream(ctx, g, "termlog-replay")
+		nc, l, err := connectStream(ctx, g, "termlog-replay", natslog.RoleObserver)
 		if err != nil {
 			return err
 		}
@@ -210,7 +210,7 @@ func newReplayExport(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			l, closeLog, err := openStream(ctx, g, "termlog-replay-export")
+			l, closeLog, err := openStream(ctx, g, "termlog-replay-export", natslog.RoleObserver)
 			if err != nil {
 				return err
 			}
@@ -260,7 +260,7 @@ func newReplayImport(g *globals) *cobra.Command {
 				return err
 			}
 			defer fh.Close()
-			nc, l, err := connectStream(ctx, g, "termlog-replay-import")
+			nc, l, err := connectStream(ctx, g, "termlog-replay-import", natslog.RoleAdmin)
 			if err != nil {
 				return err
 			}
@@ -286,23 +286,27 @@ func describe(st replay.Stats) string {
 	return fmt.Sprintf("%d events (seq %d..%d, %d raw)", st.Events, st.First, st.Last, st.Raw)
 }
 
-// openStream connects to --nats and opens the --cluster stream.
-func openStream(ctx context.Context, g *globals, name string) (events.Log, func(), error) {
-	nc, l, err := connectStream(ctx, g, name)
+// openStream connects to --nats as role and opens the --cluster stream.
+func openStream(ctx context.Context, g *globals, name string, role natslog.Role) (events.Log, func(), error) {
+	nc, l, err := connectStream(ctx, g, name, role)
 	if err != nil {
 		return nil, nil, err
 	}
 	return l, nc.Close, nil
 }
 
-func connectStream(ctx context.Context, g *globals, name string) (*nats.Conn, *natslog.Log, error) {
-	nc, err := nats.Connect(g.natsURL, nats.Name(name), nats.Timeout(5*time.Second))
+// connectStream connects as role and opens the stream; an admin creates it
+// when missing (import), any other role waits for it.
+func connectStream(ctx context.Context, g *globals, name string, role natslog.Role) (*nats.Conn, *natslog.Log, error) {
+	nc, err := g.dial(role, nats.Name(name), nats.Timeout(5*time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", g.natsURL, err)
+		return nil, nil, err
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	l, err := natslog.Open(octx, nc, g.logConfig())
+	cfg := g.readConfig()
+	cfg.Bind = role != natslog.RoleAdmin
+	l, err := natslog.Open(octx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -20,13 +20,10 @@ import (
 	"github.com/termlog/termlog/meta/client"
 )
 
-// connect dials the --nats URLs (comma separated) and keeps reconnecting.
-func (g *globals) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(g.natsURL, roleConnOptions(name)...)
-	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", g.natsURL, err)
-	}
-	return nc, nil
+// connect dials the --nats URLs (comma separated) as role and keeps
+// reconnecting.
+func (g *globals) connect(name string, role natslog.Role) (*nats.Conn, error) {
+	return g.dial(role, roleConnOptions(name)...)
 }
 
 // roleConnOptions are the options of every long-running role's connection:
@@ -39,7 +36,7 @@ func roleConnOptions(name string) []nats.Option {
 
 // leaderRPC sends one request to the meta leader and returns its reply.
 func (g *globals) leaderRPC(rpc string, req any) (client.Reply, error) {
-	nc, err := g.connect("termlog-admin")
+	nc, err := g.connect("termlog-admin", natslog.RoleAdmin)
 	if err != nil {
 		return client.Reply{}, err
 	}
@@ -50,6 +47,9 @@ func (g *globals) leaderRPC(rpc string, req any) (client.Reply, error) {
 	}
 	msg, err := nc.Request(client.RPCSubject(g.cluster, rpc), b, 5*time.Second)
 	if err != nil {
+		if perr := nc.LastError(); errors.Is(perr, nats.ErrPermissionViolation) {
+			return client.Reply{}, fmt.Errorf("refused (%s needs the admin key): %w", rpc, perr)
+		}
 		return client.Reply{}, fmt.Errorf("no leader answered: %w", err)
 	}
 	var rep client.Reply
@@ -66,6 +66,7 @@ func newNATSCmd(g *globals) *cobra.Command {
 	var data string
 	var port int
 	var co natsClusterOpts
+	var sec serverSecurity
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run an embedded NATS JetStream server on 127.0.0.1, standalone or one node of a cluster (--routes)",
@@ -74,11 +75,28 @@ func newNATSCmd(g *globals) *cobra.Command {
 With --cluster-port and --routes it is one node of a NATS cluster: start three,
 each with its own --data, --port, --cluster-port and --name, all with the same
 --routes (the three route URLs), then run the roles with --replicas 3 and
---nats listing the three client URLs.`,
+--nats listing the three client URLs.
+
+Clients must authenticate with the role keys in --auth-dir (default
+<data>/auth; generated there on first start). All nodes of a cluster need the
+same keys: create them once with 'termlog auth init --dir DIR' and start every
+node with --auth-dir DIR. --insecure runs an open server.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := co.serverConfig(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
 			if err != nil {
 				return err
+			}
+			authDir := g.auth.authDir
+			if authDir == "" {
+				authDir = filepath.Join(data, "auth")
+			}
+			s, err := sec.setup(g.cluster, authDir, g.auth.tlsCA, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			cfg.Auth, cfg.TLS = s.auth, s.tls
+			if cfg.ClusterName != "" {
+				cfg.RouteTLS = s.routeTLS
 			}
 			srv, err := natslog.StartServer(cfg)
 			if err != nil {
@@ -106,6 +124,7 @@ each with its own --data, --port, --cluster-port and --name, all with the same
 	cmd.Flags().StringVar(&co.name, "name", "", "server name, unique and stable in the cluster (default termlog-nats-<cluster-port>)")
 	cmd.Flags().StringVar(&co.clusterName, "cluster-name", "termlog", "NATS cluster name (the same on every node)")
 	cmd.Flags().IntVar(&co.clusterPort, "cluster-port", 0, "route port on 127.0.0.1 the other nodes connect to (with --routes)")
+	sec.register(cmd)
 	cmd.Flags().StringVar(&co.routes, "routes", "", "route URLs of the cluster's nodes, comma separated, e.g. nats-route://127.0.0.1:6222,nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
 	return cmd
 }
@@ -125,7 +144,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := g.connect(id)
+			nc, err := g.connect(id, natslog.RoleMeta)
 			if err != nil {
 				return err
 			}
@@ -173,7 +192,7 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 		if err != nil {
 			return err
 		}
-		nc, err := g.connect("worker-" + endpoint)
+		nc, err := g.connect("worker-"+endpoint, natslog.RoleWorker)
 		if err != nil {
 			return err
 		}
@@ -221,29 +240,25 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 			if err := logstore.ValidateRaftAddr(addr); err != nil {
 				return err
 			}
-			nc, err := g.connect(id)
+			nc, err := g.connect(id, natslog.RoleStore)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			octx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			log, err := natslog.Open(octx, nc, g.logConfig())
+			log, err := natslog.Open(octx, nc, g.readConfig())
 			if err != nil {
 				return err
 			}
-			snaps, err := openSnapshots(octx, log, useSnaps)
+			snaps, err := readSnapshots(octx, log, useSnaps)
 			if err != nil {
 				return err
 			}
-			scfg := logstore.StoreConfig{
+			st, err := logstore.OpenStore(logstore.StoreConfig{
 				Host:    logstore.Config{StoreID: id, DataDir: data, RaftAddr: addr, LogDB: o.logDB},
-				Cluster: g.cluster, NC: nc, Log: log, Logger: lg,
-			}
-			if snaps != nil {
-				scfg.Snapshots = snaps
-			}
-			st, err := logstore.OpenStore(scfg)
+				Cluster: g.cluster, NC: nc, Log: log, Logger: lg, Snapshots: snaps,
+			})
 			if err != nil {
 				return err
 			}

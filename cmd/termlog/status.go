@@ -131,9 +131,9 @@ func sortedIDs(m map[uint64]string) []uint64 {
 
 // status connects, reads the stream and the lease bucket, and hangs up.
 func (g *globals) status(ctx context.Context) (Status, error) {
-	nc, err := nats.Connect(g.natsURL, nats.Name("termlog-status"), nats.Timeout(5*time.Second))
+	nc, err := g.dial(natslog.RoleObserver, nats.Name("termlog-status"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return Status{}, fmt.Errorf("connect %s: %w", g.natsURL, err)
+		return Status{}, err
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -143,7 +143,7 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 		return Status{}, err
 	}
 	// Only snapshots passed over are worth a line next to the answer.
-	return loadStatus(ctx, nc, g.logConfig(), lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
+	return loadStatus(ctx, nc, g.readConfig(), lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
 }
 
 func newStatus(g *globals) *cobra.Command {

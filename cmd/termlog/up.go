@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/logstore"
@@ -44,6 +45,8 @@ type upOpts struct {
 	// snapEvery is the meta leader's snapshot interval in events (0: no
 	// snapshots are read or written).
 	snapEvery int
+	sec       serverSecurity
+	authDir   string // --auth-dir of up: "" means <data>/auth
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -54,9 +57,14 @@ func newUp(g *globals) *cobra.Command {
 		Long: `up starts an embedded NATS JetStream server on 127.0.0.1, the meta replicas and
 the workers, waits until the cluster is healthy (a leader, every worker running,
 barrier recovery complete), then prints a compact status line until Ctrl-C.
-The data directory survives: running up again resumes the same stream.`,
+The data directory survives: running up again resumes the same stream.
+
+Every connection authenticates as its role with the keys in <data>/auth (or
+--auth-dir), generated on the first start; --insecure runs an open server, and
+--tls requires TLS with a CA and certificate generated into <auth dir>/tls.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicas = int(g.replicas)
+			o.authDir = g.auth.authDir
 			return runUp(cmd.Context(), g, o, cmd.OutOrStdout())
 		},
 	}
@@ -74,6 +82,7 @@ The data directory survives: running up again resumes the same stream.`,
 	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	f.DurationVar(&o.interval, "status-every", time.Second, "status line interval")
 	snapshotFlag(f, &o.snapEvery)
+	o.sec.register(cmd)
 	return cmd
 }
 
@@ -108,12 +117,27 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startEmbeddedNATS(data, o.port, o.replicas)
+	authDir := o.authDir
+	if authDir == "" {
+		authDir = filepath.Join(data, "auth")
+	}
+	sec, err := o.sec.setup(g.cluster, authDir, g.auth.tlsCA, out)
+	if err != nil {
+		return err
+	}
+	srv, err := startEmbeddedNATS(data, o.port, o.replicas, sec)
 	if err != nil {
 		return fmt.Errorf("start NATS (is port %d in use? try --nats-port 0): %w", o.port, err)
 	}
 	defer srv.Shutdown()
 	fmt.Fprintf(out, "termlog up: NATS JetStream at %s (stream and lease at R%d), data in %s\n", srv.URLs(0), max(o.replicas, 1), data)
+	look := "go run ./cmd/termlog status --nats " + srv.URLs(0)
+	if sec.authDir != "" {
+		look += " --auth-dir " + sec.authDir
+	}
+	if sec.caFile != "" {
+		look += " --tls-ca " + sec.caFile
+	}
 
 	// Shut down in order: workers (they deregister), stores, then metas.
 	var wg, wwg, swg sync.WaitGroup
@@ -132,7 +156,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	var metas []*meta.Replica
 	for i := 1; i <= o.metas; i++ {
 		id := fmt.Sprintf("meta-%d", i)
-		nc, err := srv.Connect(i-1, id)
+		nc, err := srv.Connect(i-1, id, natslog.RoleMeta)
 		if err != nil {
 			return err
 		}
@@ -146,7 +170,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		go func() { defer wg.Done(); _ = r.Run(runCtx) }()
 	}
 	for i := 1; i <= o.workers; i++ {
-		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i))
+		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i), natslog.RoleWorker)
 		if err != nil {
 			return err
 		}
@@ -158,7 +182,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
-		nc, err := srv.Connect(i-1, id)
+		nc, err := srv.Connect(i-1, id, natslog.RoleStore)
 		if err != nil {
 			return err
 		}
@@ -195,7 +219,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 				healthy = true
 				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete, %d shards 3/3\n",
 					time.Since(start).Round(time.Millisecond), leader.ID(), term, running, shardsOK)
-				fmt.Fprintf(out, "look at it:  go run ./cmd/termlog status --nats %s\n", srv.URLs(0))
+				fmt.Fprintf(out, "look at it:  %s\n", look)
 				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
 			}
 		}
@@ -298,22 +322,19 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if err != nil {
 		return nil, err
 	}
-	cfg := meta.Config{
+	return meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps,
 		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
-		SnapshotEvery: o.snapEvery,
-	}
-	if snaps != nil {
-		cfg.Snapshots = snaps
-	}
-	return meta.New(cfg)
+		SnapshotEvery: o.snapEvery, Snapshots: snaps,
+	})
 }
 
 func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas})
+	// A store may only read the stream: it binds to the one the metas made.
+	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas, Bind: true})
 	if err != nil {
 		return nil, err
 	}
@@ -321,18 +342,14 @@ func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o u
 	if err != nil {
 		return nil, err
 	}
-	snaps, err := openSnapshots(octx, log, o.snapEvery != 0)
+	snaps, err := readSnapshots(octx, log, o.snapEvery != 0)
 	if err != nil {
 		return nil, err
 	}
-	cfg := logstore.StoreConfig{
+	return logstore.OpenStore(logstore.StoreConfig{
 		Host:    logstore.Config{StoreID: id, DataDir: dir, RaftAddr: addr, LogDB: o.logDB},
-		Cluster: cluster, NC: nc, Log: log, Logger: lg,
-	}
-	if snaps != nil {
-		cfg.Snapshots = snaps
-	}
-	return logstore.OpenStore(cfg)
+		Cluster: cluster, NC: nc, Log: log, Logger: lg, Snapshots: snaps,
+	})
 }
 
 // raftAddr keeps a store's Raft address across restarts of up: it is the
@@ -386,11 +403,32 @@ func snapshotFlag(f *pflag.FlagSet, every *int) {
 		"the meta leader stores a snapshot of its projection every N events and on clean shutdown, in the object store <cluster>_snapshots; replicas and stores start from the newest one (0: no snapshots)")
 }
 
-// openSnapshots opens the snapshot bucket next to log, or returns nil when
-// snapshots are off.
-func openSnapshots(ctx context.Context, log *natslog.Log, on bool) (*natslog.Snapshots, error) {
+// openSnapshots opens the snapshot bucket next to log for a meta replica,
+// creating it when missing; nil when snapshots are off.
+func openSnapshots(ctx context.Context, log *natslog.Log, on bool) (events.SnapshotStore, error) {
 	if !on {
 		return nil, nil
 	}
-	return natslog.OpenSnapshots(ctx, log)
+	s, err := natslog.OpenSnapshots(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readSnapshots binds the snapshot bucket next to log for a reader (a
+// store, whose role may not create it); nil when snapshots are off or no
+// meta replica has made the bucket yet: the reader folds from seq 1.
+func readSnapshots(ctx context.Context, log *natslog.Log, on bool) (events.SnapshotStore, error) {
+	if !on {
+		return nil, nil
+	}
+	s, err := natslog.BindSnapshots(ctx, log)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

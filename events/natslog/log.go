@@ -38,6 +38,9 @@ const (
 	// A failed Nats-Expected-Last-Msg-Id check (JSStreamWrongLastMsgIDErrF):
 	// the event before this one of a pipelined append is not the last.
 	codeWrongLastMsgID jetstream.ErrorCode = 10070
+	// codeReplicasNotSupported: replicas > 1 asked of a standalone server
+	// (JSStreamReplicasNotSupportedErr); retrying cannot help.
+	codeReplicasNotSupported jetstream.ErrorCode = 10074
 )
 
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
@@ -68,6 +71,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// OpenTimeout bounds Open when its context has no deadline; default 30s.
 	OpenTimeout time.Duration
+	// Bind makes Open never create the stream, only wait for it: for the
+	// roles that may only read it (stores, status, replay), whose
+	// credentials do not allow creating streams.
+	Bind bool
 }
 
 func (c Config) withDefaults() Config {
@@ -180,12 +187,19 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
 	defer cancel()
 	st, err := l.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && l.cfg.Bind {
+		return nil, fmt.Errorf("%w (waiting for a meta replica to create it)", err)
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = l.js.CreateStream(ctx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Created meanwhile by someone else, maybe differently.
 			st, err = l.js.Stream(ctx, want.Name)
 		}
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == codeReplicasNotSupported {
+		return nil, &configError{msg: fmt.Sprintf("%d replicas need a clustered JetStream, and this NATS server is standalone: use replicas 1, or a 3-node NATS cluster (%v)", want.Replicas, err)}
 	}
 	if err != nil {
 		return nil, err
@@ -194,9 +208,15 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 	if err := checkConfig(got, want); err != nil {
 		return nil, err
 	}
-	if !got.AllowAtomicPublish {
+	if got.Replicas < want.Replicas {
+		// Binding it would silently run with less redundancy than asked.
+		return nil, &configError{msg: fmt.Sprintf("existing stream %s has %d replicas, %d asked: raise its replicas (nats stream edit %s --replicas %d) or ask for %d",
+			got.Name, got.Replicas, want.Replicas, got.Name, want.Replicas, got.Replicas)}
+	}
+	if !got.AllowAtomicPublish && !l.cfg.Bind {
 		// A stream made before appends were batched: allow batches. This
-		// changes nothing stored; an older server refuses it (error).
+		// changes nothing stored; an older server refuses it (error). A
+		// reader (Bind) never appends and may not update streams.
 		got.AllowAtomicPublish = true
 		if st, err = l.js.UpdateStream(ctx, got); err != nil {
 			return nil, fmt.Errorf("allow atomic batches on existing stream %s: %w", want.Name, err)

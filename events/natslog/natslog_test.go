@@ -186,6 +186,54 @@ func TestOpenRejects(t *testing.T) {
 	}
 }
 
+// TestOpenReplicas: replicas a standalone server cannot give, and an
+// existing stream with fewer replicas than asked, are refused at once.
+func TestOpenReplicas(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	start := time.Now()
+	_, err := natslog.Open(ctxT(t), nc, natslog.Config{Cluster: "r3", Replicas: 3})
+	if err == nil || !strings.Contains(err.Error(), "standalone") {
+		t.Fatalf("Open R3 on a standalone server: %v, want an error saying it is standalone", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Open took %s to refuse R3 on a standalone server; it should not retry", d)
+	}
+	open(t, nc, natslog.Config{Cluster: "r1"})
+	start = time.Now()
+	_, err = natslog.Open(ctxT(t), nc, natslog.Config{Cluster: "r1", Replicas: 3})
+	if err == nil || !strings.Contains(err.Error(), "has 1 replicas, 3 asked") {
+		t.Fatalf("Open R3 on an R1 stream: %v, want an error naming both", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Open took %s to refuse an R1 stream; it should not retry", d)
+	}
+	// Asking for fewer replicas than the stream has is fine.
+	open(t, nc, natslog.Config{Cluster: "r1", Replicas: 1})
+}
+
+// TestOpenBind: a reader that may not create the stream waits for it.
+func TestOpenBind(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir(), false)
+	nc := connect(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := natslog.Open(ctx, nc, natslog.Config{Cluster: "late", Bind: true}); err == nil || !strings.Contains(err.Error(), "waiting for a meta replica") {
+		t.Fatalf("Bind on a missing stream: %v, want an error saying it waits for it", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(ctxT(t), "TERMLOG_LATE"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Bind created the stream: %v", err)
+	}
+	open(t, nc, natslog.Config{Cluster: "late"})
+	open(t, nc, natslog.Config{Cluster: "late", Bind: true})
+}
+
 func TestOpenBindsExisting(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, t.TempDir(), false)

@@ -2,6 +2,7 @@ package natslog
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +15,14 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // loopback is the only address an embedded server listens on.
 const loopback = "127.0.0.1"
+
+// tlsTimeout bounds a TLS handshake (client or route).
+const tlsTimeout = 5 * time.Second
 
 // DefaultReadyTimeout bounds how long StartServer waits for the server to
 // accept clients and for JetStream to answer.
@@ -60,6 +65,19 @@ type ServerConfig struct {
 	// ClusterPort is the route listen port on 127.0.0.1; 0 picks a free one
 	// (see ClusterURL).
 	ClusterPort int
+	// Auth, when set, makes every client authenticate as one of its roles
+	// (an NKey user with that role's permissions); nil runs an open server
+	// that lets anyone do anything.
+	Auth *ServerAuth
+	// TLS, when set, makes every client connection use TLS (in-process
+	// connections excepted); nil serves plaintext.
+	TLS *tls.Config
+
+	// RouteTLS, when set on a cluster node, makes its routes mutual TLS
+	// (see RouteTLSConfig): a node without a certificate signed by the
+	// cluster's CA cannot join. nil: plaintext routes on 127.0.0.1.
+	RouteTLS *tls.Config
+
 	// Routes are the route URLs of the cluster's nodes, for example
 	// "nats-route://127.0.0.1:6222"; this node's own URL may be listed too.
 	// Required with ClusterName (JetStream needs configured routes). Only
@@ -73,8 +91,8 @@ func (c ServerConfig) clustered() bool { return c.ClusterName != "" }
 // routeURLs validates the clustering fields and parses Routes.
 func (c ServerConfig) routeURLs() ([]*url.URL, error) {
 	if !c.clustered() {
-		if c.ClusterPort != 0 || len(c.Routes) > 0 {
-			return nil, errors.New("ClusterPort and Routes need a ClusterName")
+		if c.ClusterPort != 0 || len(c.Routes) > 0 || c.RouteTLS != nil {
+			return nil, errors.New("ClusterPort, Routes and RouteTLS need a ClusterName")
 		}
 		return nil, nil
 	}
@@ -132,6 +150,10 @@ func RouteURL(port int) string {
 type Server struct {
 	ns  *server.Server
 	cfg ServerConfig
+	// ready is an in-memory NKey user that may only ask for JetStream
+	// account info, for the readiness check on an authenticated server
+	// (nil on an open one). Its seed is never written anywhere.
+	ready nkeys.KeyPair
 }
 
 // StartServer starts a NATS server with JetStream enabled and returns once it
@@ -181,8 +203,32 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		if cport == 0 {
 			cport = server.RANDOM_PORT
 		}
-		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: loopback, Port: cport}
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: loopback, Port: cport, TLSConfig: cfg.RouteTLS}
+		if cfg.RouteTLS != nil {
+			opts.Cluster.TLSTimeout = tlsTimeout.Seconds()
+		}
 		opts.Routes = routes
+	}
+	opts.TLSConfig = cfg.TLS
+	if cfg.TLS != nil {
+		opts.TLSTimeout = tlsTimeout.Seconds()
+	}
+	var ready nkeys.KeyPair
+	if cfg.Auth != nil {
+		if opts.Nkeys, err = cfg.Auth.users(); err != nil {
+			return nil, fmt.Errorf("natslog: start server: %w", err)
+		}
+		if ready, err = nkeys.CreateUser(); err != nil {
+			return nil, fmt.Errorf("natslog: start server: %w", err)
+		}
+		pub, err := ready.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("natslog: start server: %w", err)
+		}
+		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{jsAPI + "INFO"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix(pub) + ".>"}},
+		}})
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -192,7 +238,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	// use) through it, and the stock logger would exit the process.
 	logger := &serverLogger{w: cfg.LogWriter, fatal: make(chan string, 1)}
 	ns.SetLoggerV2(logger, cfg.Debug, cfg.Trace, false)
-	s := &Server{ns: ns, cfg: cfg}
+	s := &Server{ns: ns, cfg: cfg, ready: ready}
 	deadline := time.Now().Add(cfg.ReadyTimeout)
 	ns.Start()
 	for !ns.ReadyForConnections(50 * time.Millisecond) {
@@ -250,8 +296,15 @@ func (s *Server) waitAnswers(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		dial = max(time.Until(d), dial)
 	}
-	nc, err := nats.Connect(nats.DefaultURL, nats.InProcessServer(s.ns), nats.Name("natslog-ready-check"),
-		nats.NoReconnect(), nats.Timeout(dial))
+	opts := []nats.Option{nats.InProcessServer(s.ns), nats.Name("natslog-ready-check"), nats.NoReconnect(), nats.Timeout(dial)}
+	if s.ready != nil {
+		pub, err := s.ready.PublicKey()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, nats.Nkey(pub, s.ready.Sign), nats.CustomInboxPrefix(InboxPrefix(pub)))
+	}
+	nc, err := nats.Connect(nats.DefaultURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect in-process: %w", err)
 	}
@@ -360,6 +413,9 @@ func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
+
+// Secure reports whether clients must authenticate (ServerConfig.Auth).
+func (s *Server) Secure() bool { return s.cfg.Auth != nil }
 
 // serverLogger writes the server's log to w (if any) and hands the first
 // fatal error to StartServer. It never exits the process.

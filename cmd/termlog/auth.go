@@ -1,0 +1,251 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// defaultAuthDir is where clients look for role keys without --auth-dir:
+// the keys `termlog up` generates with its default --data.
+const defaultAuthDir = "termlog-data/auth"
+
+// authFlags are the client credentials flags every command shares.
+type authFlags struct {
+	authDir string // --auth-dir: the dir of role keys; "" means defaultAuthDir if it exists
+	creds   string // --creds: a seed file overriding the role's file in the auth dir
+	tlsCA   string // --tls-ca: verify the server with this CA (and require TLS)
+}
+
+func (a *authFlags) register(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&a.authDir, "auth-dir", "", "dir of the role keys (<role>.nk); each command connects as its role: meta, worker, store (logstore), observer (status, replay), admin (stepdown, drain, import). Default "+defaultAuthDir+" when it exists, else no credentials")
+	f.StringVar(&a.creds, "creds", "", "NKey seed file to connect with, instead of the role's file in --auth-dir")
+	f.StringVar(&a.tlsCA, "tls-ca", "", "CA certificate (PEM) to verify the NATS server with; connects with TLS")
+}
+
+// roleOptions are the options a command of role connects with: its NKey
+// (--creds, or the role's file in the auth dir) and TLS (--tls-ca).
+func (g *globals) roleOptions(role natslog.Role) ([]nats.Option, error) {
+	var opts []nats.Option
+	seed := g.auth.creds
+	switch {
+	case seed != "":
+	case g.auth.authDir != "":
+		seed = natslog.SeedFile(g.auth.authDir, role)
+	default:
+		if _, err := os.Stat(natslog.SeedFile(defaultAuthDir, role)); err == nil {
+			seed = natslog.SeedFile(defaultAuthDir, role)
+		}
+	}
+	if seed != "" {
+		o, err := natslog.ClientOptions(seed)
+		if err != nil {
+			return nil, fmt.Errorf("%w (role %s)", err, role)
+		}
+		opts = append(opts, o...)
+	}
+	if g.auth.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(g.auth.tlsCA))
+	}
+	return opts, nil
+}
+
+// dial connects to the --nats URLs as role with opts (after the role's).
+func (g *globals) dial(role natslog.Role, opts ...nats.Option) (*nats.Conn, error) {
+	ro, err := g.roleOptions(role)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(g.natsURL, append(opts, ro...)...)
+	if err != nil {
+		return nil, connectError(g.natsURL, role, err)
+	}
+	return nc, nil
+}
+
+// connectError says what to do about a refused connection.
+func connectError(url string, role natslog.Role, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization):
+		return fmt.Errorf("connect %s as %s: %w: pass the auth dir the server was started with (--auth-dir DIR; `termlog up` and `termlog nats` print it) or --creds FILE", url, role, err)
+	case errors.Is(err, nats.ErrSecureConnRequired) || strings.Contains(err.Error(), "certificate"):
+		return fmt.Errorf("connect %s as %s: %w: the server uses TLS: pass --tls-ca with its CA (DIR/tls/%s)", url, role, err, natslog.TLSCAFile)
+	}
+	return fmt.Errorf("connect %s as %s: %w", url, role, err)
+}
+
+// serverSecurity are the flags of a server (`termlog nats`, `termlog up`):
+// role keys unless --insecure, TLS with --tls or --tls-cert/--tls-key.
+type serverSecurity struct {
+	insecure        bool
+	tls             bool
+	tlsCert, tlsKey string
+}
+
+func (s *serverSecurity) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&s.insecure, "insecure", false, "run an open server: no credentials, anyone may do anything")
+	f.BoolVar(&s.tls, "tls", false, "require TLS with the certificate in <auth dir>/tls (a CA and a 127.0.0.1 certificate are generated there if missing)")
+	f.StringVar(&s.tlsCert, "tls-cert", "", "require TLS with this server certificate (PEM; with --tls-key)")
+	f.StringVar(&s.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
+}
+
+// secured is what a server runs with.
+type secured struct {
+	auth    *natslog.ServerAuth // nil: open server
+	authDir string              // "" when insecure
+	tls     *tls.Config         // nil: plaintext
+	caFile  string              // the generated CA, if any
+	// routeTLS is mutual TLS between cluster nodes: with --tls, or with
+	// --tls-cert/--tls-key and the CA that signed them (--tls-ca).
+	routeTLS *tls.Config
+}
+
+// setup generates (first start) or loads the role keys in authDir and the
+// TLS material, and says so on out. peerCA (--tls-ca) is the CA of an
+// explicit --tls-cert, for mutual TLS between cluster nodes.
+func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (secured, error) {
+	var sec secured
+	if s.insecure {
+		fmt.Fprintln(out, "WARNING: --insecure: the NATS server takes any client without credentials")
+	} else {
+		abs, err := filepath.Abs(authDir)
+		if err != nil {
+			return sec, err
+		}
+		created, err := natslog.InitAuth(abs)
+		if err != nil {
+			return sec, err
+		}
+		if sec.auth, err = natslog.LoadServerAuth(abs, cluster); err != nil {
+			return sec, err
+		}
+		sec.authDir = abs
+		verb := "using"
+		if created {
+			verb = "generated"
+		}
+		fmt.Fprintf(out, "credentials: %s role keys in %s (%s); clients take --auth-dir %s\n", verb, abs, roleFiles(), abs)
+	}
+	switch {
+	case s.tlsCert != "" || s.tlsKey != "":
+		if s.tlsCert == "" || s.tlsKey == "" {
+			return sec, errors.New("--tls-cert and --tls-key go together")
+		}
+		c, err := natslog.ServerTLSConfig(s.tlsCert, s.tlsKey)
+		if err != nil {
+			return sec, err
+		}
+		sec.tls = c
+		fmt.Fprintf(out, "TLS: certificate %s\n", s.tlsCert)
+		if peerCA != "" {
+			if sec.routeTLS, err = natslog.RouteTLSConfig(s.tlsCert, s.tlsKey, peerCA); err != nil {
+				return sec, err
+			}
+		}
+	case s.tls:
+		if sec.authDir == "" {
+			abs, err := filepath.Abs(authDir)
+			if err != nil {
+				return sec, err
+			}
+			if err := os.MkdirAll(abs, 0o700); err != nil {
+				return sec, err
+			}
+			authDir = abs
+		} else {
+			authDir = sec.authDir
+		}
+		dir := filepath.Join(authDir, "tls")
+		if _, err := natslog.InitTLS(dir); err != nil {
+			return sec, err
+		}
+		cert, key, ca := filepath.Join(dir, natslog.TLSCertFile), filepath.Join(dir, natslog.TLSKeyFile), filepath.Join(dir, natslog.TLSCAFile)
+		c, err := natslog.ServerTLSConfig(cert, key)
+		if err != nil {
+			return sec, err
+		}
+		if sec.routeTLS, err = natslog.RouteTLSConfig(cert, key, ca); err != nil {
+			return sec, err
+		}
+		sec.tls, sec.caFile = c, ca
+		fmt.Fprintf(out, "TLS: clients take --tls-ca %s\n", sec.caFile)
+	}
+	return sec, nil
+}
+
+// clientOptions are the options of a connection of role to a server set
+// up with sec (in-process connections skip TLS).
+func (sec secured) clientOptions(role natslog.Role) ([]nats.Option, error) {
+	var opts []nats.Option
+	if sec.authDir != "" {
+		o, err := natslog.RoleOptions(sec.authDir, role)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, o...)
+	}
+	if sec.caFile != "" {
+		opts = append(opts, nats.RootCAs(sec.caFile))
+	}
+	return opts, nil
+}
+
+func newAuthCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "auth", Short: "Credentials of the roles"}
+	var dir string
+	var withTLS bool
+	initCmd := &cobra.Command{
+		Use:   "init",
+		Short: "Generate one NKey per role into --dir (kept if already there), and with --tls a CA and a 127.0.0.1 server certificate into --dir/tls",
+		Long: `init generates the credentials a termlog deployment shares: one NKey user
+per role (admin, meta, worker, store, observer): DIR/<role>.nk is the secret
+seed a client of that role connects with (mode 0600), DIR/<role>.pub the public
+key a server needs. Every NATS node of a cluster must be started with the same
+--auth-dir. Existing files are kept; run it once before starting the nodes.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			created, err := natslog.InitAuth(abs)
+			if err != nil {
+				return err
+			}
+			verb := map[bool]string{true: "generated", false: "kept existing"}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s role keys in %s: %s\n", verb[created], abs, roleFiles())
+			if withTLS {
+				tdir := filepath.Join(abs, "tls")
+				created, err := natslog.InitTLS(tdir)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s TLS CA %s and server certificate %s (127.0.0.1, localhost)\n",
+					verb[created], filepath.Join(tdir, natslog.TLSCAFile), filepath.Join(tdir, natslog.TLSCertFile))
+			}
+			return nil
+		},
+	}
+	initCmd.Flags().StringVar(&dir, "dir", defaultAuthDir, "credentials directory")
+	initCmd.Flags().BoolVar(&withTLS, "tls", false, "also generate a CA and a server certificate for 127.0.0.1 into DIR/tls")
+	cmd.AddCommand(initCmd)
+	return cmd
+}
+
+func roleFiles() string {
+	var out []string
+	for _, r := range natslog.Roles() {
+		out = append(out, string(r)+".nk")
+	}
+	return strings.Join(out, " ")
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// TestRoleOptions: which key a command connects with.
+func TestRoleOptions(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	if _, err := natslog.InitAuth(dir); err != nil {
+		t.Fatal(err)
+	}
+	// The role's file in --auth-dir: the key and the user's inbox prefix.
+	g := &globals{auth: authFlags{authDir: dir}}
+	if opts, err := g.roleOptions(natslog.RoleWorker); err != nil || len(opts) != 2 {
+		t.Fatalf("--auth-dir: %d options, %v", len(opts), err)
+	}
+	// An explicit --auth-dir without the role's file is an error, not an
+	// anonymous connection.
+	g = &globals{auth: authFlags{authDir: t.TempDir()}}
+	if _, err := g.roleOptions(natslog.RoleMeta); err == nil || !strings.Contains(err.Error(), "role meta") {
+		t.Fatalf("--auth-dir without keys: %v, want an error naming the role", err)
+	}
+	// --creds wins over the dir.
+	g = &globals{auth: authFlags{authDir: t.TempDir(), creds: natslog.SeedFile(dir, natslog.RoleObserver), tlsCA: "ca.pem"}}
+	if opts, err := g.roleOptions(natslog.RoleAdmin); err != nil || len(opts) != 3 {
+		t.Fatalf("--creds and --tls-ca: %d options, %v", len(opts), err)
+	}
+	// No flag and no default dir (tests run in cmd/termlog): no credentials.
+	g = &globals{}
+	if opts, err := g.roleOptions(natslog.RoleObserver); err != nil || len(opts) != 0 {
+		t.Fatalf("no flags: %d options, %v", len(opts), err)
+	}
+}
+
+func TestServerSecurity(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	sec, err := (&serverSecurity{tls: true}).setup("termlog", dir, "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec.auth == nil || sec.tls == nil || sec.routeTLS == nil || sec.caFile != filepath.Join(dir, "tls", natslog.TLSCAFile) {
+		t.Fatalf("--tls: %+v", sec)
+	}
+	if opts, err := sec.clientOptions(natslog.RoleMeta); err != nil || len(opts) != 3 {
+		t.Fatalf("client options: %d, %v", len(opts), err)
+	}
+	// Reused on the next start.
+	again, err := (&serverSecurity{}).setup("termlog", dir, "", io.Discard)
+	if err != nil || again.auth.Keys[natslog.RoleMeta] != sec.auth.Keys[natslog.RoleMeta] || again.tls != nil {
+		t.Fatalf("second start: %+v, %v", again, err)
+	}
+	open, err := (&serverSecurity{insecure: true}).setup("termlog", filepath.Join(t.TempDir(), "none"), "", io.Discard)
+	if err != nil || open.auth != nil || open.authDir != "" {
+		t.Fatalf("--insecure: %+v, %v", open, err)
+	}
+	if _, err := (&serverSecurity{tlsCert: "x.pem"}).setup("termlog", dir, "", io.Discard); err == nil {
+		t.Fatal("--tls-cert without --tls-key accepted")
+	}
+}
