@@ -17,11 +17,15 @@ type cluster struct {
 	hosts []*Host // nil when closed
 }
 
-func newCluster(t *testing.T, n int) *cluster {
+// newCluster opens n NodeHosts with testConfig, changed by opts.
+func newCluster(t *testing.T, n int, opts ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
 	for i := range n {
 		cfg := testConfig(t, fmt.Sprintf("s%d", i+1), t.TempDir(), freeAddr(t))
+		for _, o := range opts {
+			o(&cfg)
+		}
 		c.cfgs = append(c.cfgs, cfg)
 		c.hosts = append(c.hosts, openHost(t, cfg))
 	}

@@ -71,6 +71,19 @@ type Config struct {
 	// Clock paces the store's own retries (nil: the wall clock). Raft's
 	// ticks are dragonboat's and always use the wall clock.
 	Clock clock.Clock
+	// TLS, when set, makes the Raft traffic of the NodeHost mutual TLS
+	// (dragonboat's MutualTLS): it presents CertFile to its peers, as a
+	// server and as a client, and accepts only peers whose certificate
+	// CAFile signed. The certificate must be valid for the host of every
+	// RaftAddr it serves (peers check it against the address they dial)
+	// and allow client auth. Every NodeHost of a shard must use TLS, with
+	// the same CA. Nil: plaintext TCP.
+	TLS *TLSFiles
+}
+
+// TLSFiles are the PEM files of mutual TLS between NodeHosts.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile string
 }
 
 func (c *Config) setDefaults() {
@@ -137,6 +150,9 @@ func (c *Config) validate() error {
 	}
 	if c.ElectionRTT <= 2*c.HeartbeatRTT {
 		return fmt.Errorf("%w: ElectionRTT %d must be more than twice HeartbeatRTT %d", ErrInvalidConfig, c.ElectionRTT, c.HeartbeatRTT)
+	}
+	if t := c.TLS; t != nil && (t.CAFile == "" || t.CertFile == "" || t.KeyFile == "") {
+		return fmt.Errorf("%w: Raft TLS needs a CA, a certificate and a key file (got %+v)", ErrInvalidConfig, *t)
 	}
 	return nil
 }
@@ -281,6 +297,9 @@ func Open(cfg Config) (*Host, error) {
 		RaftAddress:    cfg.RaftAddr,
 		Expert:         expertConfig(profile),
 	}
+	if t := cfg.TLS; t != nil {
+		nhc.MutualTLS, nhc.CAFile, nhc.CertFile, nhc.KeyFile = true, t.CAFile, t.CertFile, t.KeyFile
+	}
 	nh, err := dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		return nil, fmt.Errorf("logstore: open NodeHost at %s for %s: %w", cfg.DataDir, cfg.RaftAddr, err)
@@ -292,7 +311,7 @@ func Open(cfg Config) (*Host, error) {
 		clock:  cfg.Clock,
 		logger: cfg.Logger.With().Str("store", cfg.StoreID).Str("raft_addr", cfg.RaftAddr).Logger(),
 	}
-	h.logger.Info().Str("logdb", profile).Str("data_dir", cfg.DataDir).Msg("NodeHost started")
+	h.logger.Info().Str("logdb", profile).Str("data_dir", cfg.DataDir).Bool("tls", cfg.TLS != nil).Msg("NodeHost started")
 	return h, nil
 }
 

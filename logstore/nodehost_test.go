@@ -30,6 +30,7 @@ func TestOpenValidates(t *testing.T) {
 		"port zero":    {StoreID: "s1", DataDir: dir, RaftAddr: ":0"},
 		"bad logdb":    {StoreID: "s1", DataDir: dir, RaftAddr: "127.0.0.1:7000", LogDB: "huge"},
 		"bad election": {StoreID: "s1", DataDir: dir, RaftAddr: "127.0.0.1:7000", ElectionRTT: 2, HeartbeatRTT: 1},
+		"tls no key":   {StoreID: "s1", DataDir: dir, RaftAddr: "127.0.0.1:7000", TLS: &TLSFiles{CAFile: "ca.pem", CertFile: "cert.pem"}},
 	} {
 		if _, err := Open(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: want ErrInvalidConfig, got %v", name, err)

@@ -2,7 +2,9 @@ package meta
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -21,6 +23,27 @@ type ControlConn = net.Conn
 func DialControl(ctx context.Context, endpoint string) (ControlConn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", endpoint)
+}
+
+// clientTLS runs the TLS client handshake of a control stream over conn
+// (Config.ControlTLS); without a ServerName in cfg the worker is checked
+// against the host of its endpoint. conn is closed when it fails.
+func clientTLS(ctx context.Context, conn ControlConn, cfg *tls.Config, endpoint string) (ControlConn, error) {
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(endpoint)
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("control stream TLS: endpoint %q: %w", endpoint, err)
+		}
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("control stream TLS handshake with %s: %w", endpoint, err)
+	}
+	return tc, nil
 }
 
 // Recovery states.
@@ -263,6 +286,9 @@ func (c *controller) event(ev sessionEvent) bool {
 func (l *leaderSession) openSession(ctx context.Context, w projections.Worker, wg *sync.WaitGroup, evc chan<- sessionEvent) *session {
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	conn, err := l.r.cfg.ControlDialer(dctx, w.Endpoint)
+	if err == nil && l.r.cfg.ControlTLS != nil {
+		conn, err = clientTLS(dctx, conn, l.r.cfg.ControlTLS, w.Endpoint)
+	}
 	cancel()
 	if err != nil {
 		l.logger.Debug().Err(err).Str("endpoint", w.Endpoint).Uint64("worker_id", w.ID).Msg("control stream dial failed")

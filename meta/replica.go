@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -42,6 +43,13 @@ type Config struct {
 	AppendTimeout  time.Duration // one append attempt, default 2s
 	ControlDialer  func(ctx context.Context, endpoint string) (ControlConn, error)
 	Scheduler      SchedulerConfig
+	// ControlTLS, when set, makes every control stream a TLS client
+	// connection over what ControlDialer returns (see client.ListenAgentTLS
+	// for the worker's side). For mutual TLS it holds the leader's
+	// certificate and the CA the workers' certificates are checked against;
+	// an empty ServerName means the host of the worker's endpoint. Nil:
+	// plaintext.
+	ControlTLS *tls.Config
 	// Snapshots, when set, is where the replica's projection starts from
 	// (the newest usable snapshot) and where, while it leads, it stores a
 	// snapshot of its projection every SnapshotEvery events and on clean

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/logstore"
 )
 
 // defaultAuthDir is where clients look for role keys without --auth-dir:
@@ -30,7 +31,7 @@ func (a *authFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&a.authDir, "auth-dir", "", "dir of the role keys (<role>.nk); each command connects as its role: meta, worker, store (logstore), observer (status, replay), admin (stepdown, drain, import). Default "+defaultAuthDir+" when it exists, else no credentials")
 	f.StringVar(&a.creds, "creds", "", "NKey seed file to connect with, instead of the role's file in --auth-dir")
-	f.StringVar(&a.tlsCA, "tls-ca", "", "CA certificate (PEM) to verify the NATS server with; connects with TLS")
+	f.StringVar(&a.tlsCA, "tls-ca", "", "CA certificate (PEM) to verify the NATS server with; connects with TLS. With --tls-cert (meta, worker, logstore) also the CA their peers' certificates are checked against")
 }
 
 // roleOptions are the options a command of role connects with: its NKey
@@ -95,7 +96,7 @@ type serverSecurity struct {
 func (s *serverSecurity) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&s.insecure, "insecure", false, "run an open server: no credentials, anyone may do anything")
-	f.BoolVar(&s.tls, "tls", false, "require TLS with the certificate in <auth dir>/tls (a CA and a 127.0.0.1 certificate are generated there if missing)")
+	f.BoolVar(&s.tls, "tls", false, "require TLS with the certificate in <auth dir>/tls (a CA and a 127.0.0.1 certificate are generated there if missing); up also makes its control streams and Raft traffic mutual TLS with them")
 	f.StringVar(&s.tlsCert, "tls-cert", "", "require TLS with this server certificate (PEM; with --tls-key)")
 	f.StringVar(&s.tlsKey, "tls-key", "", "the key of --tls-cert (PEM)")
 }
@@ -109,6 +110,9 @@ type secured struct {
 	// routeTLS is mutual TLS between cluster nodes: with --tls, or with
 	// --tls-cert/--tls-key and the CA that signed them (--tls-ca).
 	routeTLS *tls.Config
+	// peer are the files of mutual TLS between up's own processes (the
+	// control streams, Raft), with the same certificate and CA as routeTLS.
+	peer tlsFiles
 }
 
 // setup generates (first start) or loads the role keys in authDir and the
@@ -152,6 +156,7 @@ func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (
 			if sec.routeTLS, err = natslog.RouteTLSConfig(s.tlsCert, s.tlsKey, peerCA); err != nil {
 				return sec, err
 			}
+			sec.peer = tlsFiles{ca: peerCA, cert: s.tlsCert, key: s.tlsKey}
 		}
 	case s.tls:
 		if sec.authDir == "" {
@@ -170,15 +175,15 @@ func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (
 		if _, err := natslog.InitTLS(dir); err != nil {
 			return sec, err
 		}
-		cert, key, ca := filepath.Join(dir, natslog.TLSCertFile), filepath.Join(dir, natslog.TLSKeyFile), filepath.Join(dir, natslog.TLSCAFile)
-		c, err := natslog.ServerTLSConfig(cert, key)
+		f := dirTLSFiles(dir)
+		c, err := natslog.ServerTLSConfig(f.cert, f.key)
 		if err != nil {
 			return sec, err
 		}
-		if sec.routeTLS, err = natslog.RouteTLSConfig(cert, key, ca); err != nil {
+		if sec.routeTLS, err = natslog.RouteTLSConfig(f.cert, f.key, f.ca); err != nil {
 			return sec, err
 		}
-		sec.tls, sec.caFile = c, ca
+		sec.tls, sec.caFile, sec.peer = c, f.ca, f
 		fmt.Fprintf(out, "TLS: clients take --tls-ca %s\n", sec.caFile)
 	}
 	return sec, nil
@@ -199,6 +204,84 @@ func (sec secured) clientOptions(role natslog.Role) ([]nats.Option, error) {
 		opts = append(opts, nats.RootCAs(sec.caFile))
 	}
 	return opts, nil
+}
+
+// tlsFiles are the PEM files of mutual TLS between the peers of a
+// deployment: the meta leader's control streams to the workers and the Raft
+// traffic between stores. Both ends present cert and accept only a peer
+// whose certificate ca signed; the one generated certificate (server.pem,
+// which allows client and server auth) serves every process.
+type tlsFiles struct{ ca, cert, key string }
+
+// dirTLSFiles are the files natslog.InitTLS makes in dir.
+func dirTLSFiles(dir string) tlsFiles {
+	return tlsFiles{ca: filepath.Join(dir, natslog.TLSCAFile), cert: filepath.Join(dir, natslog.TLSCertFile), key: filepath.Join(dir, natslog.TLSKeyFile)}
+}
+
+// config is the mutual TLS config of the control streams (nil: plaintext).
+func (f tlsFiles) config() (*tls.Config, error) {
+	if f.cert == "" {
+		return nil, nil
+	}
+	return natslog.MutualTLSConfig(f.cert, f.key, f.ca)
+}
+
+// raft is logstore.Config.TLS (nil: plaintext).
+func (f tlsFiles) raft() *logstore.TLSFiles {
+	if f.cert == "" {
+		return nil
+	}
+	return &logstore.TLSFiles{CAFile: f.ca, CertFile: f.cert, KeyFile: f.key}
+}
+
+// peerTLSFlags are the TLS flags of the roles with connections of their
+// own besides NATS: meta and worker (the control streams), logstore (Raft).
+type peerTLSFlags struct {
+	on        bool
+	cert, key string
+}
+
+func (p *peerTLSFlags) register(cmd *cobra.Command, what string) {
+	f := cmd.Flags()
+	f.BoolVar(&p.on, "tls", false, "TLS on every connection: to NATS with the CA in <auth dir>/tls (unless --tls-ca), and "+what+" mutual TLS with that CA and the certificate there (made by 'termlog auth init --tls' or 'termlog up --tls')")
+	f.StringVar(&p.cert, "tls-cert", "", what+" mutual TLS with this certificate (PEM, with --tls-key; peers are checked against --tls-ca, which NATS then uses too)")
+	f.StringVar(&p.key, "tls-key", "", "the key of --tls-cert (PEM)")
+}
+
+// peerTLS resolves p: with --tls the files of <auth dir>/tls (the dir of
+// --auth-dir, else defaultAuthDir), with --tls-cert/--tls-key those and
+// --tls-ca. Either way the NATS connection uses TLS too: with --tls-ca if
+// given, else with the auth dir's CA (set here as --tls-ca).
+func (g *globals) peerTLS(p peerTLSFlags) (tlsFiles, error) {
+	switch {
+	case p.cert != "" || p.key != "":
+		if p.on {
+			return tlsFiles{}, errors.New("--tls uses the certificate in <auth dir>/tls; --tls-cert/--tls-key name another: pass one or the other")
+		}
+		if p.cert == "" || p.key == "" {
+			return tlsFiles{}, errors.New("--tls-cert and --tls-key go together")
+		}
+		if g.auth.tlsCA == "" {
+			return tlsFiles{}, errors.New("--tls-cert needs --tls-ca: the CA that signed the peers' certificates")
+		}
+		return tlsFiles{ca: g.auth.tlsCA, cert: p.cert, key: p.key}, nil
+	case p.on:
+		dir := g.auth.authDir
+		if dir == "" {
+			dir = defaultAuthDir
+		}
+		f := dirTLSFiles(filepath.Join(dir, "tls"))
+		for _, file := range []string{f.ca, f.cert, f.key} {
+			if _, err := os.Stat(file); err != nil {
+				return tlsFiles{}, fmt.Errorf("--tls: %w: make the CA and certificate with `termlog auth init --tls --dir DIR` (or `termlog up --tls`) and pass --auth-dir DIR", err)
+			}
+		}
+		if g.auth.tlsCA == "" {
+			g.auth.tlsCA = f.ca
+		}
+		return f, nil
+	}
+	return tlsFiles{}, nil
 }
 
 func newAuthCmd() *cobra.Command {

@@ -47,13 +47,24 @@ func TestServerSecurity(t *testing.T) {
 	if sec.auth == nil || sec.tls == nil || sec.routeTLS == nil || sec.caFile != filepath.Join(dir, "tls", natslog.TLSCAFile) {
 		t.Fatalf("--tls: %+v", sec)
 	}
+	if sec.peer != dirTLSFiles(filepath.Join(dir, "tls")) {
+		t.Fatalf("--tls: peer TLS files %+v, want the generated ones", sec.peer)
+	}
 	if opts, err := sec.clientOptions(natslog.RoleMeta); err != nil || len(opts) != 3 {
 		t.Fatalf("client options: %d, %v", len(opts), err)
 	}
 	// Reused on the next start.
 	again, err := (&serverSecurity{}).setup("termlog", dir, "", io.Discard)
-	if err != nil || again.auth.Keys[natslog.RoleMeta] != sec.auth.Keys[natslog.RoleMeta] || again.tls != nil {
+	if err != nil || again.auth.Keys[natslog.RoleMeta] != sec.auth.Keys[natslog.RoleMeta] || again.tls != nil || again.peer != (tlsFiles{}) {
 		t.Fatalf("second start: %+v, %v", again, err)
+	}
+	// Own certificate: peers use mutual TLS only with the CA that signed it.
+	own := &serverSecurity{tlsCert: sec.peer.cert, tlsKey: sec.peer.key}
+	if s, err := own.setup("termlog", dir, sec.peer.ca, io.Discard); err != nil || s.peer != sec.peer || s.routeTLS == nil {
+		t.Fatalf("--tls-cert with --tls-ca: %+v, %v", s, err)
+	}
+	if s, err := own.setup("termlog", dir, "", io.Discard); err != nil || s.peer != (tlsFiles{}) || s.tls == nil {
+		t.Fatalf("--tls-cert without --tls-ca: %+v, %v", s, err)
 	}
 	open, err := (&serverSecurity{insecure: true}).setup("termlog", filepath.Join(t.TempDir(), "none"), "", io.Discard)
 	if err != nil || open.auth != nil || open.authDir != "" {

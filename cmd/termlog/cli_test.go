@@ -62,10 +62,18 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func startUp(t *testing.T, bin, data string, port int) *upProc {
+// startUp runs up on data with extra flags.
+func startUp(t *testing.T, bin, data string, port int, extra ...string) *upProc {
+	t.Helper()
+	return startProc(t, bin, append([]string{"up", "--data", data, "--nats-port", fmt.Sprint(port), "--log-level", "warn", "--status-every", "500ms"}, extra...)...)
+}
+
+// startProc runs the binary with args in the background; the test's
+// cleanup kills it unless it was stopped.
+func startProc(t *testing.T, bin string, args ...string) *upProc {
 	t.Helper()
 	p := &upProc{done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "up", "--data", data, "--nats-port", fmt.Sprint(port), "--log-level", "warn", "--status-every", "500ms")
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -99,10 +107,16 @@ func (p *upProc) stop(t *testing.T) {
 // waitFor polls up's output for a line.
 func (p *upProc) waitFor(t *testing.T, what string) {
 	t.Helper()
+	p.waitIn(t, &p.out, what)
+}
+
+// waitIn polls one of the process's outputs for a string.
+func (p *upProc) waitIn(t *testing.T, b *syncBuffer, what string) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(p.out.String(), what) {
+	for !strings.Contains(b.String(), what) {
 		if time.Now().After(deadline) {
-			t.Fatalf("up never printed %q:\n%s\nstderr:\n%s", what, p.out.String(), p.errOut.String())
+			t.Fatalf("%s never printed %q:\n%s\nstderr:\n%s", p.cmd.Args[1], what, p.out.String(), p.errOut.String())
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}

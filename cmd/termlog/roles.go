@@ -132,6 +132,7 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 func newMetaCmd(g *globals) *cobra.Command {
 	o := upOpts{}
 	var id string
+	var pt peerTLSFlags
 	cmd := &cobra.Command{
 		Use:   "meta",
 		Short: "Run one meta replica against a NATS server",
@@ -142,6 +143,9 @@ func newMetaCmd(g *globals) *cobra.Command {
 			}
 			fps, err := failpoint.Parse(os.Getenv(failpoint.EnvVar))
 			if err != nil {
+				return err
+			}
+			if o.peer, err = g.peerTLS(pt); err != nil {
 				return err
 			}
 			nc, err := g.connect(id, natslog.RoleMeta)
@@ -164,6 +168,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 	f.IntVar(&o.shards, "shards", 0, "Raft shards the scheduler keeps (3 replicas each) once 3 stores are up")
 	f.DurationVar(&o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
 	snapshotFlag(f, &o.snapEvery)
+	pt.register(cmd, "the control streams to the workers are")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "stepdown",
 		Short: "Ask the current meta leader to give up its lease (another replica takes over)",
@@ -182,6 +187,7 @@ func newMetaCmd(g *globals) *cobra.Command {
 func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 	var endpoint, kind string
 	var parallelism int
+	var pt peerTLSFlags
 	run := parent
 	run.Short = "Run a worker (control-stream agent on --endpoint, registers and heartbeats with meta); `worker list` lists them"
 	run.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -192,6 +198,14 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 		if err != nil {
 			return err
 		}
+		peer, err := g.peerTLS(pt)
+		if err != nil {
+			return err
+		}
+		agentTLS, err := peer.config()
+		if err != nil {
+			return err
+		}
 		nc, err := g.connect("worker-"+endpoint, natslog.RoleWorker)
 		if err != nil {
 			return err
@@ -199,7 +213,7 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 		defer nc.Close()
 		lg = lg.With().Str("endpoint", endpoint).Logger()
 		var w *client.Worker
-		agent, err := client.ListenAgent(endpoint, lg, func() client.WorkerRef { return w.Ref() })
+		agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg, func() client.WorkerRef { return w.Ref() })
 		if err != nil {
 			return err
 		}
@@ -220,11 +234,13 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 	run.Flags().StringVar(&endpoint, "endpoint", "127.0.0.1:5688", "host:port of this worker's control-stream listener")
 	run.Flags().StringVar(&kind, "kind", "compute", "worker kind")
 	run.Flags().IntVar(&parallelism, "parallelism", 4, "parallelism")
+	pt.register(run, "the control stream from the meta leader is")
 }
 
 func newLogstoreCmd(g *globals) *cobra.Command {
 	o := upOpts{}
 	var id, addr, data string
+	var pt peerTLSFlags
 	useSnaps := true
 	cmd := &cobra.Command{
 		Use:   "logstore",
@@ -238,6 +254,9 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if err := logstore.ValidateRaftAddr(addr); err != nil {
+				return err
+			}
+			if o.peer, err = g.peerTLS(pt); err != nil {
 				return err
 			}
 			nc, err := g.connect(id, natslog.RoleStore)
@@ -256,7 +275,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			st, err := logstore.OpenStore(logstore.StoreConfig{
-				Host:    logstore.Config{StoreID: id, DataDir: data, RaftAddr: addr, LogDB: o.logDB},
+				Host:    logstore.Config{StoreID: id, DataDir: data, RaftAddr: addr, LogDB: o.logDB, TLS: o.peer.raft()},
 				Cluster: g.cluster, NC: nc, Log: log, Logger: lg, Snapshots: snaps,
 			})
 			if err != nil {
@@ -272,6 +291,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 	f.StringVar(&data, "data", "termlog-store", "data directory")
 	f.StringVar(&o.logDB, "logdb", "tiny", "LogDB profile: tiny or default")
 	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level")
+	pt.register(cmd, "the Raft traffic between the stores is")
 	f.BoolVar(&useSnaps, "snapshots", true, "start the store's projection from the newest usable snapshot in <cluster>_snapshots")
 	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -47,6 +48,9 @@ type upOpts struct {
 	snapEvery int
 	sec       serverSecurity
 	authDir   string // --auth-dir of up: "" means <data>/auth
+	// peer is mutual TLS on the control streams (meta) and Raft (logstore);
+	// zero: plaintext.
+	peer tlsFiles
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -61,7 +65,10 @@ The data directory survives: running up again resumes the same stream.
 
 Every connection authenticates as its role with the keys in <data>/auth (or
 --auth-dir), generated on the first start; --insecure runs an open server, and
---tls requires TLS with a CA and certificate generated into <auth dir>/tls.`,
+--tls requires TLS with a CA and certificate generated into <auth dir>/tls:
+then every connection is TLS, the NATS clients and routes, the meta leader's
+control streams to the workers and the Raft traffic between the stores (the
+last two mutual TLS with that CA).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicas = int(g.replicas)
 			o.authDir = g.auth.authDir
@@ -125,6 +132,14 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	o.peer = sec.peer
+	agentTLS, err := o.peer.config()
+	if err != nil {
+		return err
+	}
+	if agentTLS != nil {
+		fmt.Fprintln(out, "TLS: control streams and Raft traffic are mutual TLS with", o.peer.ca)
+	}
 	srv, err := startEmbeddedNATS(data, o.port, o.replicas, sec)
 	if err != nil {
 		return fmt.Errorf("start NATS (is port %d in use? try --nats-port 0): %w", o.port, err)
@@ -175,7 +190,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 			return err
 		}
 		defer nc.Close()
-		if err := startWorker(workerCtx, &wwg, nc, g.cluster, lg); err != nil {
+		if err := startWorker(workerCtx, &wwg, nc, g.cluster, agentTLS, lg); err != nil {
 			return err
 		}
 	}
@@ -322,9 +337,13 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if err != nil {
 		return nil, err
 	}
+	controlTLS, err := o.peer.config()
+	if err != nil {
+		return nil, err
+	}
 	return meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
-		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps,
+		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps, ControlTLS: controlTLS,
 		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
 		SnapshotEvery: o.snapEvery, Snapshots: snaps,
 	})
@@ -347,7 +366,7 @@ func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o u
 		return nil, err
 	}
 	return logstore.OpenStore(logstore.StoreConfig{
-		Host:    logstore.Config{StoreID: id, DataDir: dir, RaftAddr: addr, LogDB: o.logDB},
+		Host:    logstore.Config{StoreID: id, DataDir: dir, RaftAddr: addr, LogDB: o.logDB, TLS: o.peer.raft()},
 		Cluster: cluster, NC: nc, Log: log, Logger: lg, Snapshots: snaps,
 	})
 }
@@ -372,7 +391,9 @@ func raftAddr(dir string) (string, error) {
 	return addr, os.WriteFile(path, []byte(addr+"\n"), 0o644)
 }
 
-func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster string, lg zerolog.Logger) error {
+// startWorker runs a worker and its control-stream agent (TLS with agentTLS
+// unless nil) on a free loopback port.
+func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster string, agentTLS *tls.Config, lg zerolog.Logger) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -380,7 +401,7 @@ func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster
 	endpoint := ln.Addr().String()
 	ln.Close()
 	var w *client.Worker
-	agent, err := client.ListenAgent(endpoint, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
+	agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
 	if err != nil {
 		return err
 	}

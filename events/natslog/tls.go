@@ -119,17 +119,27 @@ func ServerTLSConfig(certFile, keyFile string) (*tls.Config, error) {
 // (mutual TLS), so a route is both encrypted and authenticated. The
 // certificate must allow client and server auth (InitTLS's does).
 func RouteTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
+	return MutualTLSConfig(certFile, keyFile, caFile)
+}
+
+// MutualTLSConfig is a config for mutual TLS between peers that share a
+// CA: it presents certFile, verifies the other side against caFile, and as
+// a server requires and verifies a client certificate signed by caFile.
+// The same config serves both ends (a server uses Certificates, ClientCAs
+// and ClientAuth; a client Certificates and RootCAs), so one certificate
+// that allows client and server auth (InitTLS's) is enough for a peer.
+func MutualTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	c, err := ServerTLSConfig(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("natslog: route TLS CA: %w", err)
+		return nil, fmt.Errorf("natslog: TLS CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("natslog: route TLS CA %s: no PEM certificate", caFile)
+		return nil, fmt.Errorf("natslog: TLS CA %s: no PEM certificate", caFile)
 	}
 	c.RootCAs, c.ClientCAs, c.ClientAuth = pool, pool, tls.RequireAndVerifyClientCert
 	return c, nil

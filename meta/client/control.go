@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,8 @@ import (
 )
 
 // Control-stream messages: newline-delimited JSON over one TCP connection
-// from the meta leader to the worker's endpoint.
+// (optionally TLS, see ListenAgentTLS) from the meta leader to the worker's
+// endpoint.
 const (
 	MsgHello   = "hello"   // meta -> worker: the session's worker id, epoch, term
 	MsgBarrier = "barrier" // meta -> worker: inject barrier N
@@ -74,8 +76,13 @@ func WriteControl(c net.Conn, m ControlMsg) error {
 // must open with a hello naming this worker's current registration (id and
 // epoch); any other is refused without touching the current session, so a
 // leader holding a stale id for this endpoint cannot reset it.
+//
+// With a TLS config (ListenAgentTLS) every connection must complete the
+// TLS handshake, within HelloTimeout, before its hello is read; one that
+// fails is dropped and counted.
 type Agent struct {
 	ln       net.Listener
+	tls      *tls.Config // nil: plaintext
 	logger   zerolog.Logger
 	identity func() WorkerRef
 
@@ -84,6 +91,7 @@ type Agent struct {
 	hello    ControlMsg
 	accepted int
 	refused  int
+	tlsFails int
 	resets   int
 	acked    uint64 // last barrier acked on the current session
 	conns    sync.WaitGroup
@@ -93,7 +101,8 @@ type Agent struct {
 // AgentStats is what an Agent has seen.
 type AgentStats struct {
 	Accepted int        // sessions accepted in total
-	Refused  int        // sessions refused (hello for another registration)
+	Refused  int        // sessions refused (hello for another registration, or malformed)
+	TLSFails int        // connections dropped in the TLS handshake (TLS agents only)
 	Resets   int        // sessions reset by a newer one
 	Active   bool       // a session is open now
 	Hello    ControlMsg // the current session's hello
@@ -103,14 +112,28 @@ type AgentStats struct {
 // HelloTimeout bounds the wait for a new session's hello.
 const HelloTimeout = 2 * time.Second
 
-// ListenAgent listens on endpoint (host:port). identity returns the worker's
-// current registration (zero before the first one).
+// ListenAgent listens on endpoint (host:port) for plaintext control
+// streams. identity returns the worker's current registration (zero before
+// the first one).
 func ListenAgent(endpoint string, logger zerolog.Logger, identity func() WorkerRef) (*Agent, error) {
+	return ListenAgentTLS(endpoint, nil, logger, identity)
+}
+
+// ListenAgentTLS is ListenAgent with TLS: every control stream is a TLS
+// server connection with cfg (nil: plaintext). For mutual TLS, cfg
+// requires and verifies client certificates (ClientAuth
+// tls.RequireAndVerifyClientCert with ClientCAs), and the meta leader dials
+// with Config.ControlTLS; a plaintext leader is then refused, and so is a
+// leader without a certificate signed by ClientCAs.
+func ListenAgentTLS(endpoint string, cfg *tls.Config, logger zerolog.Logger, identity func() WorkerRef) (*Agent, error) {
+	if cfg != nil && len(cfg.Certificates) == 0 && cfg.GetCertificate == nil {
+		return nil, fmt.Errorf("control stream listen on %s: TLS config has no certificate", endpoint)
+	}
 	ln, err := net.Listen("tcp", endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("control stream listen on %s: %w", endpoint, err)
 	}
-	return &Agent{ln: ln, logger: logger, identity: identity, changed: make(chan struct{})}, nil
+	return &Agent{ln: ln, tls: cfg, logger: logger, identity: identity, changed: make(chan struct{})}, nil
 }
 
 // Addr is the address the agent listens on.
@@ -120,7 +143,7 @@ func (a *Agent) Addr() string { return a.ln.Addr().String() }
 func (a *Agent) Stats() AgentStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return AgentStats{Accepted: a.accepted, Refused: a.refused, Resets: a.resets, Active: a.current != nil, Hello: a.hello, Acked: a.acked}
+	return AgentStats{Accepted: a.accepted, Refused: a.refused, TLSFails: a.tlsFails, Resets: a.resets, Active: a.current != nil, Hello: a.hello, Acked: a.acked}
 }
 
 // Changed returns a channel closed at the next change of Stats.
@@ -156,6 +179,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("control stream accept: %w", err)
 		}
+		if a.tls != nil {
+			c = tls.Server(c, a.tls)
+		}
 		a.conns.Add(1)
 		go func() {
 			defer a.conns.Done()
@@ -176,6 +202,22 @@ func (a *Agent) serve(ctx context.Context, c net.Conn) {
 		}
 		a.mu.Unlock()
 	}()
+	if tc, ok := c.(*tls.Conn); ok {
+		hctx, cancel := context.WithTimeout(ctx, HelloTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return // shutting down
+			}
+			a.mu.Lock()
+			a.tlsFails++
+			a.notifyLocked()
+			a.mu.Unlock()
+			a.logger.Warn().Err(err).Str("remote", c.RemoteAddr().String()).Msg("control stream refused: TLS handshake failed")
+			return
+		}
+	}
 	sc := NewControlScanner(c)
 	_ = c.SetReadDeadline(time.Now().Add(HelloTimeout))
 	if !sc.Scan() {
@@ -191,6 +233,14 @@ func (a *Agent) serve(ctx context.Context, c net.Conn) {
 		a.refused++
 		a.notifyLocked()
 		a.mu.Unlock()
+		if err != nil {
+			msg := "control stream refused: malformed hello"
+			if a.tls == nil {
+				msg += " (is the leader dialling with TLS?)"
+			}
+			a.logger.Warn().Err(err).Msg(msg)
+			return
+		}
 		a.logger.Warn().Uint64("hello_worker", hello.Worker).Uint64("hello_epoch", hello.Epoch).Uint64("worker_id", me.ID).Uint64("epoch", me.Epoch).Msg("control stream refused: not for this registration")
 		return
 	}
@@ -207,6 +257,7 @@ func (a *Agent) serve(ctx context.Context, c net.Conn) {
 	a.accepted++
 	a.notifyLocked()
 	a.mu.Unlock()
+	a.logger.Info().Str("leader", hello.Leader).Uint64("term", hello.Term).Uint64("worker_id", hello.Worker).Bool("tls", a.tls != nil).Msg("control stream accepted")
 	for sc.Scan() {
 		m, err := DecodeControl(sc.Bytes())
 		if err != nil {
