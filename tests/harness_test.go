@@ -35,7 +35,20 @@ func TestMain(m *testing.M) {
 	if err := logstore.SetDragonboatLogLevel("critical"); err != nil {
 		panic(err)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// nats-server v2.15.2 can orphan one file store when a stream is
+		// created while the server shuts down (the outage tests stop NATS
+		// under running roles that create their stream, lease bucket or
+		// snapshot bucket): Account.addStreamWithAssignment does not check
+		// for shutdown, so a create that passed its checks completes after
+		// Shutdown stopped the account's streams. The store's flush loop and
+		// the access-time ticker it registered then never stop. Seen once
+		// in ~10 runs of this package; the server itself is shut down and
+		// waited for (a server left running leaks dozens of goroutines,
+		// which this does not hide).
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+	)
 }
 
 const cluster = "termlog"
