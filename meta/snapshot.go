@@ -92,10 +92,9 @@ func (l *leaderSession) writeSnapshot(ctx context.Context) (events.SnapshotInfo,
 	if v.Seq == 0 {
 		return events.SnapshotInfo{}, nil
 	}
-	data, hash := v.EncodeSnapshotHash()
-	si, err := cfg.Snapshots.Put(ctx, events.SnapshotInfo{
-		Seq: v.Seq, Term: v.Term, Hash: hash, Writer: cfg.ID, LeaderTerm: l.term, At: start.UTC(),
-	}, data)
+	data, si := v.StoredSnapshot()
+	si.Writer, si.LeaderTerm, si.At = cfg.ID, l.term, start.UTC()
+	si, err := cfg.Snapshots.Put(ctx, si, data)
 	if err != nil {
 		return events.SnapshotInfo{}, fmt.Errorf("store snapshot at seq %d: %w", v.Seq, err)
 	}
@@ -103,7 +102,7 @@ func (l *leaderSession) writeSnapshot(ctx context.Context) (events.SnapshotInfo,
 	if err != nil {
 		l.logger.Warn().Err(err).Msg("old snapshots not pruned")
 	}
-	l.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", hash).
+	l.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", si.Hash).
 		Int("bytes", len(data)).Int("pruned", pruned).Dur("took", cfg.Clock.Now().Sub(start)).Msg("snapshot stored")
 	return si, nil
 }

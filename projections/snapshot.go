@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/termlog/termlog/events"
 )
 
 // SnapshotFormat is the version of the snapshot encoding.
@@ -72,6 +74,21 @@ func DecodeSnapshotAt(b []byte, seq uint64, hash string) (*State, error) {
 		return nil, fmt.Errorf("%w: recorded at seq %d, the snapshot's state is at seq %d", ErrBadSnapshot, seq, s.Seq)
 	}
 	return s, nil
+}
+
+// StoredSnapshot encodes the state for an events.SnapshotStore: the bytes,
+// and the info Put takes with what the state says about itself filled in
+// (seq, term, hash); the writer adds its own name and term.
+func (s *State) StoredSnapshot() ([]byte, events.SnapshotInfo) {
+	b, h := s.EncodeSnapshotHash()
+	return b, events.SnapshotInfo{Seq: s.Seq, Term: s.Term, Hash: h}
+}
+
+// DecodeStoredSnapshot decodes a snapshot read from an events.SnapshotStore
+// and checks that it is the state its info records (seq and hash): the
+// decode every reader of stored snapshots passes to events.LoadSnapshot.
+func DecodeStoredSnapshot(si events.SnapshotInfo, b []byte) (*State, error) {
+	return DecodeSnapshotAt(b, si.Seq, si.Hash)
 }
 
 func decodeSnapshot(b []byte) (*State, string, error) {

@@ -36,8 +36,9 @@ func snapshotAt(t *testing.T, log *events.MemLog, store events.SnapshotStore, se
 		}
 		return nil
 	})
-	data, hash := st.EncodeSnapshotHash()
-	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: seq, Term: st.Term, Hash: hash, Writer: "test"}, data); err != nil {
+	data, si := st.StoredSnapshot()
+	si.Writer = "test"
+	if _, err := store.Put(context.Background(), si, data); err != nil {
 		t.Fatal(err)
 	}
 }

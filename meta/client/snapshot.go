@@ -48,12 +48,6 @@ func (p *Projector) Origin() Origin {
 	return o
 }
 
-// DecodeSnapshot decodes a stored snapshot and checks that it is the state
-// its info records (seq and hash).
-func DecodeSnapshot(si events.SnapshotInfo, b []byte) (*projections.State, error) {
-	return projections.DecodeSnapshotAt(b, si.Seq, si.Hash)
-}
-
 // startFromSnapshot replaces an empty state with the newest usable
 // snapshot, once, before the first read of the log.
 func (p *Projector) startFromSnapshot(ctx context.Context) {
@@ -84,7 +78,7 @@ func (p *Projector) startFromSnapshot(ctx context.Context) {
 // snapshot passed over as a warning; nil when there is none.
 func findSnapshot(ctx context.Context, store events.SnapshotStore, lg zerolog.Logger, now func() time.Time) (*projections.State, *events.SnapshotInfo, time.Duration) {
 	start := now()
-	st, si, skipped, err := events.LoadSnapshot(ctx, store, 0, DecodeSnapshot)
+	st, si, skipped, err := events.LoadSnapshot(ctx, store, 0, projections.DecodeStoredSnapshot)
 	for _, s := range skipped {
 		lg.Warn().Err(s).Msg("snapshot ignored")
 	}

@@ -53,8 +53,9 @@ func foldTo(t *testing.T, log events.Log, upTo uint64) *projections.State {
 func putState(t *testing.T, store events.SnapshotStore, log events.Log, seq uint64) events.SnapshotInfo {
 	t.Helper()
 	st := foldTo(t, log, seq)
-	data, hash := st.EncodeSnapshotHash()
-	si, err := store.Put(context.Background(), events.SnapshotInfo{Seq: st.Seq, Term: st.Term, Hash: hash, Writer: "test"}, data)
+	data, si := st.StoredSnapshot()
+	si.Writer = "test"
+	si, err := store.Put(context.Background(), si, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +129,8 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			store := events.NewMemSnapshots(log)
-			data, hash := good.EncodeSnapshotHash()
-			if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 800, Term: good.Term, Hash: hash}, data); err != nil {
+			data, si := good.StoredSnapshot()
+			if _, err := store.Put(context.Background(), si, data); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := store.Put(context.Background(), bad.info, bad.data); err != nil {
