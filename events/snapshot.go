@@ -20,6 +20,10 @@ type SnapshotInfo struct {
 	Term uint64 `json:"term"`
 	// Hash is the state's hash as its writer computed it.
 	Hash string `json:"hash"`
+	// Rules is the version of the fold rules the state was folded by (for
+	// the projections package, its RulesVersion); 0 when its writer
+	// recorded none. LoadSnapshot passes over a snapshot of other rules.
+	Rules uint64 `json:"rules"`
 	// Stream identifies the stream the state was folded from (for a
 	// JetStream stream its creation time): a snapshot of another stream of
 	// the same name (deleted and created again) is not this one's.
@@ -68,15 +72,16 @@ var ErrSnapshotSkipped = errors.New("snapshot skipped")
 var ErrNoSnapshot = errors.New("no usable snapshot")
 
 // LoadSnapshot returns the newest snapshot at or below upTo (0: the stream's
-// last seq) that belongs to the stream as it is now and decodes: its Stream
-// is the stream's ID, its Seq is at most the stream's last seq, and the
-// stream still holds every event after it (Seq+1 >= FirstSeq: not compacted
-// away). decode turns the bytes into a state and must check them against
+// last seq) that was folded by the reader's rules and belongs to the stream
+// as it is now and decodes: its Rules is rules (checked before its bytes are
+// read), its Stream is the stream's ID, its Seq is at most the stream's last
+// seq, and the stream still holds every event after it (Seq+1 >= FirstSeq:
+// not compacted away). decode turns the bytes into a state and must check them against
 // info (hash, seq). Every snapshot passed over is reported in skipped (each
 // error wraps ErrSnapshotSkipped and names it), newest first; the caller
 // logs them. When none is usable the error wraps ErrNoSnapshot; when the
 // store or the stream cannot be read, it is that error.
-func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo uint64, decode func(SnapshotInfo, []byte) (T, error)) (st T, info SnapshotInfo, skipped []error, err error) {
+func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo, rules uint64, decode func(SnapshotInfo, []byte) (T, error)) (st T, info SnapshotInfo, skipped []error, err error) {
 	var zero T
 	bounds, err := store.Bounds(ctx)
 	if err != nil {
@@ -96,6 +101,9 @@ func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo uint64, 
 		switch {
 		case si.Seq > upTo && si.Seq <= bounds.LastSeq:
 			continue // newer than wanted: fine, just not this time
+		case si.Rules != rules:
+			skip(si, "folded by rules version %d, this reader's are version %d: its state need not be what these rules fold", si.Rules, rules)
+			continue
 		case si.Stream != bounds.ID:
 			skip(si, "taken from another stream (%q, this one is %q): the stream was created again", si.Stream, bounds.ID)
 			continue

@@ -41,6 +41,7 @@ const (
 	mdSeq        = "seq"
 	mdTerm       = "term"
 	mdHash       = "hash"
+	mdRules      = "rules"
 	mdStream     = "stream"
 	mdWriter     = "writer"
 	mdLeaderTerm = "leader-term"
@@ -136,6 +137,7 @@ func (s *Snapshots) Put(ctx context.Context, si events.SnapshotInfo, data []byte
 		Description: fmt.Sprintf("projection of %s after seq %d", s.log.name, si.Seq),
 		Metadata: map[string]string{
 			mdSeq: strconv.FormatUint(si.Seq, 10), mdTerm: strconv.FormatUint(si.Term, 10), mdHash: si.Hash,
+			mdRules:  strconv.FormatUint(si.Rules, 10),
 			mdStream: si.Stream, mdWriter: si.Writer, mdLeaderTerm: strconv.FormatUint(si.LeaderTerm, 10),
 			mdAt: si.At.UTC().Format(time.RFC3339Nano),
 		},
@@ -251,6 +253,9 @@ func parseInfo(o *jetstream.ObjectInfo) events.SnapshotInfo {
 		return n
 	}
 	si.Seq, si.Term, si.LeaderTerm = num(mdSeq), num(mdTerm), num(mdLeaderTerm)
+	if _, ok := md[mdRules]; ok { // absent: written before rules were recorded (0)
+		si.Rules = num(mdRules)
+	}
 	at, err := time.Parse(time.RFC3339Nano, md[mdAt])
 	if err != nil {
 		errs = append(errs, mdAt)

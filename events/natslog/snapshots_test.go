@@ -14,6 +14,9 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 )
 
+// textRules is the rules version of the snapshots of these tests.
+const textRules = 7
+
 // decodeText is a decode for LoadSnapshot in these tests: the bytes are
 // "state@<seq>", and must name the recorded seq.
 func decodeText(si events.SnapshotInfo, b []byte) (string, error) {
@@ -25,7 +28,7 @@ func decodeText(si events.SnapshotInfo, b []byte) (string, error) {
 
 func putText(t *testing.T, s events.SnapshotStore, seq uint64) events.SnapshotInfo {
 	t.Helper()
-	si, err := s.Put(ctxT(t), events.SnapshotInfo{Seq: seq, Term: 1, Hash: "h", Writer: "meta-1", LeaderTerm: 1}, fmt.Appendf(nil, "state@%d", seq))
+	si, err := s.Put(ctxT(t), events.SnapshotInfo{Seq: seq, Term: 1, Hash: "h", Rules: textRules, Writer: "meta-1", LeaderTerm: 1}, fmt.Appendf(nil, "state@%d", seq))
 	if err != nil {
 		t.Fatalf("Put seq %d: %v", seq, err)
 	}
@@ -56,7 +59,7 @@ func TestSnapshotsStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
+	if _, _, _, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
 		t.Fatalf("LoadSnapshot of an empty bucket: %v, want ErrNoSnapshot", err)
 	}
 	appendN(t, l, 30)
@@ -78,7 +81,7 @@ func TestSnapshotsStore(t *testing.T) {
 	var seqs []uint64
 	for _, si := range list {
 		seqs = append(seqs, si.Seq)
-		if si.Name != events.SnapshotName(si.Seq) || si.Writer != "meta-1" || si.Hash != "h" || si.Stream == "" || si.Size == 0 || si.At.IsZero() {
+		if si.Name != events.SnapshotName(si.Seq) || si.Writer != "meta-1" || si.Hash != "h" || si.Rules != textRules || si.Stream == "" || si.Size == 0 || si.At.IsZero() {
 			t.Fatalf("listed info %+v", si)
 		}
 	}
@@ -88,12 +91,12 @@ func TestSnapshotsStore(t *testing.T) {
 	for _, c := range []struct {
 		upTo, want uint64
 	}{{0, 30}, {30, 30}, {29, 20}, {10, 10}, {7, 5}} {
-		v, si, skipped, err := events.LoadSnapshot(ctxT(t), bound, c.upTo, decodeText)
+		v, si, skipped, err := events.LoadSnapshot(ctxT(t), bound, c.upTo, textRules, decodeText)
 		if err != nil || si.Seq != c.want || v != fmt.Sprintf("state@%d", c.want) || len(skipped) != 0 {
 			t.Fatalf("LoadSnapshot up to %d: %q at %d, skipped %v, err %v; want seq %d", c.upTo, v, si.Seq, skipped, err, c.want)
 		}
 	}
-	if _, _, _, err := events.LoadSnapshot(ctxT(t), bound, 4, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
+	if _, _, _, err := events.LoadSnapshot(ctxT(t), bound, 4, textRules, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
 		t.Fatalf("LoadSnapshot up to 4: %v, want ErrNoSnapshot", err)
 	}
 	// A snapshot of several chunks, stored twice under its name: read back
@@ -147,10 +150,10 @@ func TestSnapshotsBadBytesPassedOver(t *testing.T) {
 	}
 	appendN(t, l, 10)
 	putText(t, store, 4)
-	if _, err := store.Put(ctxT(t), events.SnapshotInfo{Seq: 9, Term: 1, Hash: "h"}, []byte("garbage")); err != nil {
+	if _, err := store.Put(ctxT(t), events.SnapshotInfo{Seq: 9, Term: 1, Hash: "h", Rules: textRules}, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	v, si, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText)
+	v, si, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
 	if err != nil || si.Seq != 4 || v != "state@4" {
 		t.Fatalf("got %q at %d, %v; want the snapshot at 4", v, si.Seq, err)
 	}
@@ -189,7 +192,7 @@ func TestSnapshotsCompactedAway(t *testing.T) {
 	if err != nil || b.FirstSeq != 14 || b.LastSeq != 20 {
 		t.Fatalf("bounds after purge: %+v, %v", b, err)
 	}
-	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText)
+	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
 	if !errors.Is(err, events.ErrNoSnapshot) || len(skipped) != 2 {
 		t.Fatalf("after purge: err %v, skipped %v; want both passed over", err, skipped)
 	}
@@ -199,7 +202,7 @@ func TestSnapshotsCompactedAway(t *testing.T) {
 		}
 	}
 	putText(t, store, 13) // the events after 13 are all there
-	if _, si, _, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText); err != nil || si.Seq != 13 {
+	if _, si, _, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText); err != nil || si.Seq != 13 {
 		t.Fatalf("snapshot at first seq - 1: %d, %v", si.Seq, err)
 	}
 }
@@ -229,7 +232,7 @@ func TestSnapshotsOfRecreatedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store2, 0, decodeText)
+	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store2, 0, textRules, decodeText)
 	if !errors.Is(err, events.ErrNoSnapshot) || len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "another stream") {
 		t.Fatalf("snapshot of the old stream: err %v, skipped %v", err, skipped)
 	}

@@ -78,7 +78,7 @@ func (p *Projector) startFromSnapshot(ctx context.Context) {
 // snapshot passed over as a warning; nil when there is none.
 func findSnapshot(ctx context.Context, store events.SnapshotStore, lg zerolog.Logger, now func() time.Time) (*projections.State, *events.SnapshotInfo, time.Duration) {
 	start := now()
-	st, si, skipped, err := events.LoadSnapshot(ctx, store, 0, projections.DecodeStoredSnapshot)
+	st, si, skipped, err := events.LoadSnapshot(ctx, store, 0, projections.RulesVersion, projections.DecodeStoredSnapshot)
 	for _, s := range skipped {
 		lg.Warn().Err(s).Msg("snapshot ignored")
 	}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -116,16 +117,37 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	good := foldTo(t, log, 800)
 	other := foldTo(t, log, 1200)
 	otherData, otherHash := other.EncodeSnapshotHash()
+	const rules = projections.RulesVersion
+	// A state as another build's rules folded the same events: sound in
+	// itself (it hashes to its recorded hash, its invariants hold) but not
+	// the state this build's fold gives. Loaded, it would end the fold at
+	// another hash than a fold from seq 1.
+	drift := foldTo(t, log, 1200)
+	drift.Counters.Applied++
+	driftData, driftInfo := drift.StoredSnapshot()
+	if driftInfo.Hash == otherHash {
+		t.Fatal("the drifted state hashes like the real one")
+	}
+	driftOther := bytes.Replace(driftData, fmt.Appendf(nil, `"rules":%d,`, rules), fmt.Appendf(nil, `"rules":%d,`, rules+1), 1)
+	if bytes.Equal(driftOther, driftData) {
+		t.Fatal("no rules version in the snapshot's bytes")
+	}
 	for name, bad := range map[string]struct {
 		info events.SnapshotInfo
 		data []byte
 		why  string
 	}{
-		"garbage":       {events.SnapshotInfo{Seq: 1500, Hash: otherHash}, []byte("{not json"), "bad snapshot"},
-		"truncated":     {events.SnapshotInfo{Seq: 1200, Hash: otherHash}, otherData[:len(otherData)/2], "bad snapshot"},
-		"hash mismatch": {events.SnapshotInfo{Seq: 1200, Hash: "0123456789abcdef0123456789abcdef"}, otherData, "recorded hash"},
-		"flipped byte":  {events.SnapshotInfo{Seq: 1200, Hash: otherHash}, bytes.Replace(otherData, []byte(`"next_worker_id":`), []byte(`"next_worker_id":9`), 1), "does not match its state"},
-		"seq mismatch":  {events.SnapshotInfo{Seq: 1900, Hash: otherHash}, otherData, "recorded at seq 1900"},
+		"garbage":       {events.SnapshotInfo{Seq: 1500, Hash: otherHash, Rules: rules}, []byte("{not json"), "bad snapshot"},
+		"truncated":     {events.SnapshotInfo{Seq: 1200, Hash: otherHash, Rules: rules}, otherData[:len(otherData)/2], "bad snapshot"},
+		"hash mismatch": {events.SnapshotInfo{Seq: 1200, Hash: "0123456789abcdef0123456789abcdef", Rules: rules}, otherData, "recorded hash"},
+		"flipped byte":  {events.SnapshotInfo{Seq: 1200, Hash: otherHash, Rules: rules}, bytes.Replace(otherData, []byte(`"next_worker_id":`), []byte(`"next_worker_id":9`), 1), "does not match its state"},
+		"seq mismatch":  {events.SnapshotInfo{Seq: 1900, Hash: otherHash, Rules: rules}, otherData, "recorded at seq 1900"},
+		// Another build's snapshot: its info and its bytes name its rules.
+		"other rules": {events.SnapshotInfo{Seq: 1200, Hash: driftInfo.Hash, Rules: rules + 1}, driftOther, fmt.Sprintf("rules version %d, this reader's are version %d", rules+1, rules)},
+		// No rules recorded in the info (an older build's object metadata).
+		"no rules recorded": {events.SnapshotInfo{Seq: 1200, Hash: driftInfo.Hash}, driftData, fmt.Sprintf("rules version 0, this reader's are version %d", rules)},
+		// Info and bytes disagree: the bytes are what was folded.
+		"other rules inside": {events.SnapshotInfo{Seq: 1200, Hash: driftInfo.Hash, Rules: rules}, driftOther, fmt.Sprintf("rules version %d, this build's are version %d", rules+1, rules)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			store := events.NewMemSnapshots(log)
@@ -153,7 +175,7 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	}
 	// With only bad snapshots, a full fold.
 	store := events.NewMemSnapshots(log)
-	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1200, Hash: "bad"}, otherData); err != nil {
+	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1200, Hash: "bad", Rules: rules}, otherData); err != nil {
 		t.Fatal(err)
 	}
 	got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
