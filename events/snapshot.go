@@ -33,6 +33,10 @@ type SnapshotInfo struct {
 	LeaderTerm uint64    `json:"leader_term"`
 	At         time.Time `json:"at"`
 	Size       int       `json:"size"`
+	// Unreadable, when set, says why the store could not read this
+	// snapshot's description (then Seq is 0, so it is the first pruned);
+	// LoadSnapshot passes it over.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 // StreamBounds is what a snapshot is checked against: the identity of the
@@ -81,15 +85,19 @@ var ErrNoSnapshot = errors.New("no usable snapshot")
 // error wraps ErrSnapshotSkipped and names it), newest first; the caller
 // logs them. When none is usable the error wraps ErrNoSnapshot; when the
 // store or the stream cannot be read, it is that error.
+//
+// The list is read before the bounds: every snapshot listed was stored at or
+// below the stream's last seq, which only grows, so a snapshot stored
+// between the two reads is not mistaken for one beyond the stream's end.
 func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo, rules uint64, decode func(SnapshotInfo, []byte) (T, error)) (st T, info SnapshotInfo, skipped []error, err error) {
 	var zero T
-	bounds, err := store.Bounds(ctx)
-	if err != nil {
-		return zero, SnapshotInfo{}, nil, fmt.Errorf("snapshots: stream bounds: %w", err)
-	}
 	list, err := store.List(ctx)
 	if err != nil {
 		return zero, SnapshotInfo{}, nil, fmt.Errorf("snapshots: list: %w", err)
+	}
+	bounds, err := store.Bounds(ctx)
+	if err != nil {
+		return zero, SnapshotInfo{}, nil, fmt.Errorf("snapshots: stream bounds: %w", err)
 	}
 	if upTo == 0 || upTo > bounds.LastSeq {
 		upTo = bounds.LastSeq
@@ -99,6 +107,9 @@ func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo, rules u
 	}
 	for _, si := range slices.Backward(list) {
 		switch {
+		case si.Unreadable != "":
+			skip(si, "its description in the store is unreadable: %s", si.Unreadable)
+			continue
 		case si.Seq > upTo && si.Seq <= bounds.LastSeq:
 			continue // newer than wanted: fine, just not this time
 		case si.Rules != rules:
@@ -108,7 +119,7 @@ func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo, rules u
 			skip(si, "taken from another stream (%q, this one is %q): the stream was created again", si.Stream, bounds.ID)
 			continue
 		case si.Seq > bounds.LastSeq:
-			skip(si, "beyond the stream's last seq %d", bounds.LastSeq)
+			skip(si, "beyond the stream's last seq %d: the stream lost the events it was folded from", bounds.LastSeq)
 			continue
 		case si.Seq+1 < bounds.FirstSeq:
 			skip(si, "compacted away: the stream starts at seq %d, the events after seq %d are gone", bounds.FirstSeq, si.Seq)
@@ -150,7 +161,8 @@ func PruneSnapshots(ctx context.Context, store SnapshotStore, keep int) (int, er
 }
 
 // MemSnapshots is an in-memory SnapshotStore over a MemLog, for unit tests.
-// Its stream ID is "mem"; the MemLog holds every seq from 1.
+// Its stream ID is "mem"; the MemLog holds every seq from 1. Like a store
+// next to a real stream, it refuses a snapshot beyond the log's tail.
 type MemSnapshots struct {
 	Log *MemLog
 
@@ -170,6 +182,13 @@ func NewMemSnapshots(log *MemLog) *MemSnapshots { return &MemSnapshots{Log: log}
 func (m *MemSnapshots) Put(ctx context.Context, info SnapshotInfo, data []byte) (SnapshotInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return SnapshotInfo{}, err
+	}
+	tail, err := m.Log.Tail(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if info.Seq > tail {
+		return SnapshotInfo{}, fmt.Errorf("put snapshot at seq %d: the log ends at seq %d: not the log it was folded from", info.Seq, tail)
 	}
 	info.Name, info.Stream, info.Size = SnapshotName(info.Seq), "mem", len(data)
 	if info.At.IsZero() {

@@ -218,8 +218,8 @@ func (s *Snapshots) putObject(ctx context.Context, meta jetstream.ObjectMeta, da
 }
 
 // List implements events.SnapshotStore. An object whose metadata does not
-// parse is listed with seq 0 and no stream, so it is never loaded and is
-// the first pruned.
+// parse (or names another seq than its name) is listed with seq 0 and
+// Unreadable saying why, so it is never loaded and is the first pruned.
 func (s *Snapshots) List(ctx context.Context) ([]events.SnapshotInfo, error) {
 	ctx, cancel := s.log.reqCtx(ctx)
 	defer cancel()
@@ -262,8 +262,14 @@ func parseInfo(o *jetstream.ObjectInfo) events.SnapshotInfo {
 	}
 	si.At = at
 	si.Stream = md[mdStream]
-	if len(errs) > 0 || si.Name != events.SnapshotName(si.Seq) {
-		si.Seq, si.Stream = 0, "unreadable metadata: "+strings.Join(errs, ",")
+	switch {
+	case len(errs) > 0:
+		si.Unreadable = fmt.Sprintf("object metadata %s do not parse", strings.Join(errs, ", "))
+	case si.Name != events.SnapshotName(si.Seq):
+		si.Unreadable = fmt.Sprintf("object metadata name seq %d, not the seq of its name", si.Seq)
+	}
+	if si.Unreadable != "" {
+		si.Seq = 0
 	}
 	return si
 }

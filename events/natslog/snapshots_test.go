@@ -237,3 +237,72 @@ func TestSnapshotsOfRecreatedStream(t *testing.T) {
 		t.Fatalf("snapshot of the old stream: err %v, skipped %v", err, skipped)
 	}
 }
+
+// An object whose metadata does not parse is listed as unreadable (seq 0:
+// the oldest, the last tried and the first pruned) and passed over with
+// that reason; one written before rules versions were recorded has none
+// (0) and is passed over too; the next older good one is used.
+func TestSnapshotsUnreadableMetadata(t *testing.T) {
+	s := startServer(t, t.TempDir(), true)
+	nc := connect(t, s)
+	l := open(t, nc, natslog.Config{Cluster: "snapmd"})
+	store, err := natslog.OpenSnapshots(ctxT(t), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, 10)
+	for _, seq := range []uint64{5, 8, 9} {
+		putText(t, store, seq)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctxT(t), natslog.SnapshotBucket("snapmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(seq uint64, change func(md map[string]string)) {
+		t.Helper()
+		oi, err := obs.GetInfo(ctxT(t), events.SnapshotName(seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := oi.ObjectMeta
+		change(meta.Metadata)
+		if err := obs.UpdateMeta(ctxT(t), meta.Name, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(9, func(md map[string]string) { md["seq"], md["at"] = "nine", "yesterday" })
+	edit(8, func(md map[string]string) { delete(md, "rules") })
+	list, err := store.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0].Name != events.SnapshotName(9) || list[0].Seq != 0 ||
+		!strings.Contains(list[0].Unreadable, "seq, at do not parse") || list[1].Seq != 5 || list[2].Seq != 8 || list[2].Rules != 0 || list[2].Unreadable != "" {
+		t.Fatalf("listed %+v; want the snapshot at 9 unreadable and first, the one at 8 with no rules", list)
+	}
+	v, si, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
+	if err != nil || si.Seq != 5 || v != "state@5" {
+		t.Fatalf("got %q at %d, %v; want the snapshot at 5", v, si.Seq, err)
+	}
+	if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), events.SnapshotName(8)) || !strings.Contains(skipped[0].Error(), "rules version 0") {
+		t.Fatalf("skipped %v; want the snapshot at 8 (no rules)", skipped)
+	}
+	if err := store.Delete(ctxT(t), events.SnapshotName(5)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, skipped, err = events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
+	if !errors.Is(err, events.ErrNoSnapshot) || len(skipped) != 2 || !strings.Contains(skipped[1].Error(), events.SnapshotName(9)) ||
+		!strings.Contains(skipped[1].Error(), "unreadable: object metadata seq, at do not parse") {
+		t.Fatalf("without the one at 5: err %v, skipped %v; want the snapshot at 9 passed over as unreadable", err, skipped)
+	}
+	if n, err := events.PruneSnapshots(ctxT(t), store, 1); err != nil || n != 1 {
+		t.Fatalf("prune to 1: deleted %d, %v", n, err)
+	}
+	if list, _ := store.List(ctxT(t)); len(list) != 1 || list[0].Seq != 8 {
+		t.Fatalf("after pruning: %+v, want the unreadable one gone", list)
+	}
+}
