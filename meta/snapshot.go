@@ -31,19 +31,15 @@ func projectorOptions(cfg Config) []client.ProjectorOption {
 }
 
 // snapshotLoop stores a snapshot of the replica's own projection every
-// SnapshotEvery events while the term lasts (ctx), and one more when the
-// term ends because the replica shuts down (replicaCtx done). It is a
-// leader goroutine like the others: lead cancels and joins it. It never
-// holds up a decision: it copies the view (the projector's View, made under
-// its lock) and encodes and stores the copy outside it. It only ever writes
-// a state this replica folded from the stream, stamped with the seq, term
-// and hash of that state and the writer's id and term.
-func (l *leaderSession) snapshotLoop(ctx, replicaCtx context.Context) {
+// SnapshotEvery events while the term lasts (ctx), and returns the seq of
+// the newest snapshot it knows stored (for finalSnapshot). It is a leader
+// goroutine like the others: lead cancels and joins it. It never holds up a
+// decision: it copies the view (the projector's View, made under its lock)
+// and encodes and stores the copy outside it. It only ever writes a state
+// this replica folded from the stream, stamped with the seq, term and hash
+// of that state and the writer's id and term.
+func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 	cfg := &l.r.cfg
-	if cfg.Snapshots == nil {
-		return
-	}
-	var last uint64 // seq of the newest snapshot known to be stored
 	if o := l.r.proj.Origin(); o.Snapshot != nil {
 		last = o.Snapshot.Seq
 	}
@@ -57,7 +53,7 @@ func (l *leaderSession) snapshotLoop(ctx, replicaCtx context.Context) {
 				continue
 			}
 			if ctx.Err() != nil {
-				break
+				return last
 			}
 			l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
 			select {
@@ -69,12 +65,19 @@ func (l *leaderSession) snapshotLoop(ctx, replicaCtx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			return last
 		case <-changed:
-			continue
 		}
-		break
 	}
-	if replicaCtx.Err() == nil || l.r.proj.Seq() <= last {
+}
+
+// finalSnapshot stores a snapshot of the replica's view when it shuts down
+// cleanly, unless the newest one it stored (last) is of that view already.
+// lead calls it after the term's tasks are joined and the lease released,
+// so the next leader does not wait for it: the view is a state of the
+// stream at its seq, folded by this replica, whoever leads now.
+func (l *leaderSession) finalSnapshot(ctx context.Context, last uint64) {
+	if l.r.cfg.Snapshots == nil || l.r.proj.Seq() <= last {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotFinalTimeout)

@@ -54,27 +54,41 @@ func newSnapCluster(t *testing.T, n int) *snapCluster {
 	if _, err := log.Append(ctx, 0, mix.Events...); err != nil {
 		t.Fatal(err)
 	}
-	// A long lease: a loaded machine must not move leadership mid-test.
+	return &snapCluster{log: log, snaps: snaps, lease: leaseAbove(t, mix.Events[len(mix.Events)-1].Term)}
+}
+
+// leaseAbove is a long lease (a loaded machine must not move leadership
+// mid-test) whose next term is above term.
+func leaseAbove(t *testing.T, term uint64) *MemLeaseStore {
+	t.Helper()
 	lease := NewMemLeaseStore(clock.Real{}, 10*time.Second)
 	h := lease.Handle()
-	for range mix.Events[len(mix.Events)-1].Term {
-		if _, err := h.Acquire(ctx, "earlier"); err != nil {
+	for range term {
+		if _, err := h.Acquire(ctxT(t), "earlier"); err != nil {
 			t.Fatal(err)
 		}
-		_ = h.Release(ctx)
+		_ = h.Release(ctxT(t))
 	}
-	return &snapCluster{log: log, snaps: snaps, lease: lease}
+	return lease
 }
 
 // replica runs one meta replica on the cluster until the returned stop is
 // called (stop joins it; cleanup stops it too).
 func (c *snapCluster) replica(t *testing.T, id string, every int) (*Replica, func()) {
 	t.Helper()
+	return runSnapReplica(t, id, c.log, c.lease, c.snaps, every)
+}
+
+// runSnapReplica runs one meta replica with no workers and snapshots in
+// snaps until the returned stop is called (stop joins it; cleanup stops it
+// too).
+func runSnapReplica(t *testing.T, id string, log events.Log, lease *MemLeaseStore, snaps events.SnapshotStore, every int) (*Replica, func()) {
+	t.Helper()
 	r, err := New(Config{
-		ID: id, Cluster: "snap", Log: c.log, Lease: c.lease.Handle(), LeaseTTL: 10 * time.Second,
+		ID: id, Cluster: "snap", Log: log, Lease: lease.Handle(), LeaseTTL: 10 * time.Second,
 		WorkerTimeout: time.Hour, Scheduler: SchedulerConfig{StoreTimeout: time.Hour},
 		ControlDialer: func(context.Context, string) (ControlConn, error) { return nil, errors.New("no workers here") },
-		Snapshots:     c.snaps, SnapshotEvery: every, SnapshotKeep: 2, Logger: zerolog.Nop(),
+		Snapshots:     snaps, SnapshotEvery: every, SnapshotKeep: 2, Logger: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -219,5 +233,77 @@ func TestReplicaJoinsFromSnapshot(t *testing.T) {
 	// The leader's projection started before any snapshot existed.
 	if lo := leader.Projector().Origin(); lo.Snapshot != nil || lo.Folded != last {
 		t.Fatalf("leader origin %+v, want %d events folded from seq 1", lo, last)
+	}
+}
+
+// heldSnapshots holds every Put until release is closed, and says when one
+// is waiting.
+type heldSnapshots struct {
+	*events.MemSnapshots
+	entered chan uint64   // the seq of each Put that waits
+	release chan struct{} // closed: Puts go on
+}
+
+func (h *heldSnapshots) Put(ctx context.Context, si events.SnapshotInfo, data []byte) (events.SnapshotInfo, error) {
+	select {
+	case h.entered <- si.Seq:
+	default:
+	}
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return events.SnapshotInfo{}, ctx.Err()
+	}
+	return h.MemSnapshots.Put(ctx, si, data)
+}
+
+// On clean shutdown the leader releases its lease before it stores the
+// final snapshot (the next leader need not wait for it), and still stores
+// it before Run returns.
+func TestShutdownReleasesLeaseBeforeFinalSnapshot(t *testing.T) {
+	mix, err := eventgen.Mix(200, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewMemLog()
+	last, err := log.Append(ctxT(t), 0, mix.Events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := leaseAbove(t, mix.Events[len(mix.Events)-1].Term)
+	held := &heldSnapshots{MemSnapshots: events.NewMemSnapshots(log), entered: make(chan uint64, 1), release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(held.release) }) }
+	r, stop := runSnapReplica(t, "meta-1", log, lease, held, -1) // only on shutdown
+	t.Cleanup(release)                                           // before stop (cleanups run last first)
+	term := leaderTerm(t, r)
+	last++ // term.started
+	eventually(t, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last })
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	select {
+	case seq := <-held.entered:
+		if seq != last {
+			t.Fatalf("final snapshot at seq %d, want %d", seq, last)
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("no snapshot on clean shutdown")
+	}
+	// The final snapshot is being stored: the lease is free already.
+	if got, err := lease.Handle().Acquire(ctxT(t), "meta-2"); err != nil || got <= term {
+		t.Fatalf("lease while the final snapshot is stored: term %d, %v; want it released by term %d", got, err, term)
+	}
+	release()
+	<-stopped
+	list, err := held.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := projections.New()
+	if err := log.Read(ctxT(t), 1, func(rec events.Record) error { want.ApplyRecord(rec); return nil }); err != nil || want.Seq != last {
+		t.Fatalf("fold of the log: at %d, %v", want.Seq, err)
+	}
+	if len(list) != 1 || list[0].Seq != last || list[0].Writer != "meta-1" || list[0].LeaderTerm != term || list[0].Hash != want.Hash() {
+		t.Fatalf("stored %+v; want the snapshot of seq %d (hash %s) by meta-1 in term %d", list, last, want.Hash(), term)
 	}
 }
