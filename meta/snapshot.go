@@ -33,41 +33,42 @@ func projectorOptions(cfg Config) []client.ProjectorOption {
 // snapshotLoop stores a snapshot of the replica's own projection every
 // SnapshotEvery events while the term lasts (ctx), and returns the seq of
 // the newest snapshot it knows stored (for finalSnapshot). It is a leader
-// goroutine like the others: lead cancels and joins it. It never holds up a
-// decision: it copies the view (the projector's View, made under its lock)
-// and encodes and stores the copy outside it. It only ever writes a state
-// this replica folded from the stream, stamped with the seq, term and hash
-// of that state and the writer's id and term.
+// goroutine like the others: lead cancels and joins it. It sleeps until the
+// projection reaches the next snapshot's seq (AwaitSeq: woken once, not on
+// every event), and with periodic snapshots off until the term ends. It
+// never holds up a decision: it copies the view (the projector's View, made
+// under its lock) and encodes and stores the copy outside it. It only ever
+// writes a state this replica folded from the stream, stamped with the seq,
+// term and hash of that state and the writer's id and term.
 func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 	cfg := &l.r.cfg
 	if o := l.r.proj.Origin(); o.Snapshot != nil {
 		last = o.Snapshot.Seq
 	}
+	if cfg.SnapshotEvery <= 0 {
+		<-ctx.Done()
+		return last
+	}
 	backoff := snapshotRetryMin
 	for {
-		changed := l.r.proj.Changed()
-		if cfg.SnapshotEvery > 0 && l.r.proj.Seq() >= last+uint64(cfg.SnapshotEvery) {
-			si, err := l.writeSnapshot(ctx)
-			if err == nil {
-				last, backoff = si.Seq, snapshotRetryMin
-				continue
-			}
-			if ctx.Err() != nil {
-				return last
-			}
-			l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
-			select {
-			case <-ctx.Done():
-			case <-cfg.Clock.After(backoff):
-			}
-			backoff = min(2*backoff, snapshotRetryMax)
+		if err := l.r.proj.AwaitSeq(ctx, last+uint64(cfg.SnapshotEvery)); err != nil {
+			return last
+		}
+		si, err := l.writeSnapshot(ctx)
+		if err == nil {
+			last, backoff = si.Seq, snapshotRetryMin
 			continue
 		}
+		if ctx.Err() != nil {
+			return last
+		}
+		l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
 		select {
 		case <-ctx.Done():
 			return last
-		case <-changed:
+		case <-cfg.Clock.After(backoff):
 		}
+		backoff = min(2*backoff, snapshotRetryMax)
 	}
 }
 
