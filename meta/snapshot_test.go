@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,7 +171,8 @@ func leaderTerm(t *testing.T, r *Replica) uint64 {
 func TestLeaderWritesSnapshots(t *testing.T) {
 	const n, every = 400, 100
 	c := newSnapCluster(t, n)
-	r, stop := c.replica(t, "meta-1", every)
+	puts := &putLog{SnapshotStore: c.snaps}
+	r, stop := runSnapReplica(t, "meta-1", c.log, c.lease, puts, every)
 	term := leaderTerm(t, r)
 	// Seq n+1 is term.started; n+1 >= every: a snapshot right away.
 	eventually(t, "the first snapshot", func() bool { return newest(c.list(t)) >= n+1 })
@@ -195,14 +197,52 @@ func TestLeaderWritesSnapshots(t *testing.T) {
 	before := newest(c.list(t))
 	last = c.appendOther(t, term, 30)
 	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
-	if newest(c.list(t)) != before {
-		t.Fatalf("a snapshot after 30 events with one every %d: %+v (newest before %d, tail %d)", every, c.list(t), before, last)
-	}
+	puts.stopping.Store(true)
 	stop()
+	// The only snapshot stored after the one at before is the final one,
+	// stored after stop began; a periodic one in between would also be
+	// among the 2 kept.
 	got = c.list(t)
-	if newest(got) != last || got[len(got)-1].Hash != c.foldHash(t, last) {
-		t.Fatalf("no snapshot of seq %d on clean shutdown: %+v", last, got)
+	if len(got) != 2 || got[0].Seq != before || got[1].Seq != last || got[1].Hash != c.foldHash(t, last) {
+		t.Fatalf("after 30 more events (one snapshot every %d) and a clean shutdown: %+v; want the snapshot at %d and the final one at %d", every, got, before, last)
 	}
+	var after []putRec
+	for _, p := range puts.all() {
+		if p.seq > before {
+			after = append(after, p)
+		}
+	}
+	if len(after) != 1 || !after[0].stopping {
+		t.Fatalf("snapshots stored after seq %d: %+v; want only the final one, stored on shutdown", before, after)
+	}
+}
+
+// putLog records every snapshot stored through it, and whether the
+// replica was being stopped then.
+type putLog struct {
+	events.SnapshotStore
+	stopping atomic.Bool
+
+	mu   sync.Mutex
+	puts []putRec
+}
+
+type putRec struct {
+	seq      uint64
+	stopping bool
+}
+
+func (p *putLog) Put(ctx context.Context, si events.SnapshotInfo, data []byte) (events.SnapshotInfo, error) {
+	p.mu.Lock()
+	p.puts = append(p.puts, putRec{si.Seq, p.stopping.Load()})
+	p.mu.Unlock()
+	return p.SnapshotStore.Put(ctx, si, data)
+}
+
+func (p *putLog) all() []putRec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]putRec(nil), p.puts...)
 }
 
 // A replica that joins a cluster with a snapshot folds only the events after
