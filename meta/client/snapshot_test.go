@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -193,4 +194,43 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// A projector that starts from a snapshot at the tail folds no event, and
+// still releases an AwaitSeq waiter parked before Run started: the snapshot
+// is the state at that seq.
+func TestProjectorFromSnapshotAtTailReleasesWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 300
+		log := mixLog(t, n)
+		store := events.NewMemSnapshots(log)
+		putState(t, store, log, n)
+		p := client.NewProjector(log, zerolog.Nop(), nil, client.WithSnapshots(store))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		awaited := make(chan error, 1)
+		go func() { awaited <- p.AwaitSeq(ctx, n) }()
+		synctest.Wait() // the waiter is parked
+		select {
+		case err := <-awaited:
+			t.Fatalf("AwaitSeq(%d) returned before Run: %v", n, err)
+		default:
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- p.Run(ctx) }()
+		synctest.Wait() // Run loaded the snapshot and waits for events
+		select {
+		case err := <-awaited:
+			if err != nil {
+				t.Fatalf("AwaitSeq(%d): %v", n, err)
+			}
+		default:
+			t.Fatalf("AwaitSeq(%d) still waiting after Run started from the snapshot at %d (origin %+v)", n, n, p.Origin())
+		}
+		if o := p.Origin(); o.Snapshot == nil || o.Snapshot.Seq != n || o.Folded != 0 {
+			t.Fatalf("origin %+v, want the snapshot at %d and nothing folded", o, n)
+		}
+		cancel()
+		<-ran
+	})
 }
