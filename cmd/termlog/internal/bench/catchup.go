@@ -102,6 +102,15 @@ func (r *run) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !atTail.partial {
+		// at_tail_s must time a start from that snapshot, not a full fold.
+		if atTail.origin.Snapshot == nil || atTail.origin.Snapshot.Seq != tsi.Seq || atTail.origin.Folded != 0 {
+			return fmt.Errorf("catch-up from the snapshot at the tail (%d): origin %+v, want it and no event folded", tsi.Seq, atTail.origin)
+		}
+		if h := atTail.state.Hash(); h != want {
+			return fmt.Errorf("catch-up from the snapshot at the tail: hash %s, the fold from seq 1 %s", h, want)
+		}
+	}
 	for _, name := range []string{si.Name, tsi.Name} {
 		if err := snaps.Delete(ctx, name); err != nil {
 			return err
