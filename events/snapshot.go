@@ -165,6 +165,9 @@ func PruneSnapshots(ctx context.Context, store SnapshotStore, keep int) (int, er
 // next to a real stream, it refuses a snapshot beyond the log's tail.
 type MemSnapshots struct {
 	Log *MemLog
+	// Now stamps the snapshots put without a time (nil: time.Now; this
+	// package takes no clock).
+	Now func() time.Time
 
 	mu    sync.Mutex
 	snaps map[string]memSnap
@@ -192,7 +195,11 @@ func (m *MemSnapshots) Put(ctx context.Context, info SnapshotInfo, data []byte) 
 	}
 	info.Name, info.Stream, info.Size = SnapshotName(info.Seq), "mem", len(data)
 	if info.At.IsZero() {
-		info.At = time.Now().UTC()
+		now := m.Now
+		if now == nil {
+			now = time.Now
+		}
+		info.At = now().UTC()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -60,13 +60,20 @@ type boundsStore struct {
 func (b boundsStore) Bounds(ctx context.Context) (events.StreamBounds, error) { return b.bounds(ctx) }
 
 // MemSnapshots, like a store next to a real stream, refuses a snapshot
-// beyond the log's tail.
+// beyond the log's tail; it stamps a snapshot put without a time with its
+// Now.
 func TestMemSnapshotsRefusesBeyondTail(t *testing.T) {
 	store := events.NewMemSnapshots(memLogN(t, 40))
 	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 41}, []byte("x")); err == nil || !strings.Contains(err.Error(), "ends at seq 40") {
 		t.Fatalf("Put at 41 on a 40-event log: %v, want refused", err)
 	}
 	put(t, store, 40)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	store.Now = func() time.Time { return at }
+	si, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 20}, []byte("x"))
+	if err != nil || !si.At.Equal(at) {
+		t.Fatalf("Put without a time: at %v, %v; want the store's Now %v", si.At, err, at)
+	}
 }
 
 // A snapshot beyond the stream's last seq (a stream that lost its tail: put

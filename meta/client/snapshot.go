@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -101,12 +102,15 @@ func findSnapshot(ctx context.Context, store events.SnapshotStore, lg zerolog.Lo
 // LoadFrom is Load starting from the newest usable snapshot in store (each
 // one passed over is logged as a warning), folding only the events after
 // it; with store nil or no usable snapshot, from seq 1. The origin says
-// which.
-func LoadFrom(ctx context.Context, log events.Log, store events.SnapshotStore, lg zerolog.Logger) (*projections.State, Origin, error) {
+// which; its LoadTook is measured on clk (nil: the wall clock).
+func LoadFrom(ctx context.Context, log events.Log, store events.SnapshotStore, lg zerolog.Logger, clk clock.Clock) (*projections.State, Origin, error) {
 	var o Origin
 	st := projections.New()
+	if clk == nil {
+		clk = clock.Real{}
+	}
 	if store != nil {
-		if s, si, took := findSnapshot(ctx, store, lg, time.Now); s != nil {
+		if s, si, took := findSnapshot(ctx, store, lg, clk.Now); s != nil {
 			st, o.Snapshot, o.LoadTook = s, si, took
 		}
 	}

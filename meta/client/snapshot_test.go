@@ -234,3 +234,37 @@ func TestProjectorFromSnapshotAtTailReleasesWaiters(t *testing.T) {
 		<-ran
 	})
 }
+
+// stepClock moves one second at every Now.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Second)
+	return c.now
+}
+
+func (c *stepClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// LoadFrom folds from the newest snapshot and measures the load on the
+// clock it is given.
+func TestLoadFromSnapshot(t *testing.T) {
+	const n = 1000
+	log := mixLog(t, n)
+	store := events.NewMemSnapshots(log)
+	putState(t, store, log, 600)
+	st, o, err := client.LoadFrom(context.Background(), log, store, zerolog.Nop(), &stepClock{now: eventgen.Base()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := foldTo(t, log, 0).Hash(); st.Hash() != want {
+		t.Fatalf("hash %s, want %s", st.Hash(), want)
+	}
+	if o.Snapshot == nil || o.Snapshot.Seq != 600 || o.Folded != n-600 || o.LoadTook != time.Second {
+		t.Fatalf("origin %+v: want the snapshot at 600, %d folded, loaded in 1 s of the step clock", o, n-600)
+	}
+}
