@@ -20,6 +20,10 @@ type SnapshotInfo struct {
 	Term uint64 `json:"term"`
 	// Hash is the state's hash as its writer computed it.
 	Hash string `json:"hash"`
+	// Rules is the version of the fold rules the state was folded by (for
+	// the projections package, its RulesVersion); 0 when its writer
+	// recorded none. LoadSnapshot passes over a snapshot of other rules.
+	Rules uint64 `json:"rules"`
 	// Stream identifies the stream the state was folded from (for a
 	// JetStream stream its creation time): a snapshot of another stream of
 	// the same name (deleted and created again) is not this one's.
@@ -29,6 +33,10 @@ type SnapshotInfo struct {
 	LeaderTerm uint64    `json:"leader_term"`
 	At         time.Time `json:"at"`
 	Size       int       `json:"size"`
+	// Unreadable, when set, says why the store could not read this
+	// snapshot's description (then Seq is 0, so it is the first pruned);
+	// LoadSnapshot passes it over.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 // StreamBounds is what a snapshot is checked against: the identity of the
@@ -68,23 +76,28 @@ var ErrSnapshotSkipped = errors.New("snapshot skipped")
 var ErrNoSnapshot = errors.New("no usable snapshot")
 
 // LoadSnapshot returns the newest snapshot at or below upTo (0: the stream's
-// last seq) that belongs to the stream as it is now and decodes: its Stream
-// is the stream's ID, its Seq is at most the stream's last seq, and the
-// stream still holds every event after it (Seq+1 >= FirstSeq: not compacted
-// away). decode turns the bytes into a state and must check them against
+// last seq) that was folded by the reader's rules and belongs to the stream
+// as it is now and decodes: its Rules is rules (checked before its bytes are
+// read), its Stream is the stream's ID, its Seq is at most the stream's last
+// seq, and the stream still holds every event after it (Seq+1 >= FirstSeq:
+// not compacted away). decode turns the bytes into a state and must check them against
 // info (hash, seq). Every snapshot passed over is reported in skipped (each
 // error wraps ErrSnapshotSkipped and names it), newest first; the caller
 // logs them. When none is usable the error wraps ErrNoSnapshot; when the
 // store or the stream cannot be read, it is that error.
-func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo uint64, decode func(SnapshotInfo, []byte) (T, error)) (st T, info SnapshotInfo, skipped []error, err error) {
+//
+// The list is read before the bounds: every snapshot listed was stored at or
+// below the stream's last seq, which only grows, so a snapshot stored
+// between the two reads is not mistaken for one beyond the stream's end.
+func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo, rules uint64, decode func(SnapshotInfo, []byte) (T, error)) (st T, info SnapshotInfo, skipped []error, err error) {
 	var zero T
-	bounds, err := store.Bounds(ctx)
-	if err != nil {
-		return zero, SnapshotInfo{}, nil, fmt.Errorf("snapshots: stream bounds: %w", err)
-	}
 	list, err := store.List(ctx)
 	if err != nil {
 		return zero, SnapshotInfo{}, nil, fmt.Errorf("snapshots: list: %w", err)
+	}
+	bounds, err := store.Bounds(ctx)
+	if err != nil {
+		return zero, SnapshotInfo{}, nil, fmt.Errorf("snapshots: stream bounds: %w", err)
 	}
 	if upTo == 0 || upTo > bounds.LastSeq {
 		upTo = bounds.LastSeq
@@ -94,13 +107,19 @@ func LoadSnapshot[T any](ctx context.Context, store SnapshotStore, upTo uint64, 
 	}
 	for _, si := range slices.Backward(list) {
 		switch {
+		case si.Unreadable != "":
+			skip(si, "its description in the store is unreadable: %s", si.Unreadable)
+			continue
 		case si.Seq > upTo && si.Seq <= bounds.LastSeq:
 			continue // newer than wanted: fine, just not this time
+		case si.Rules != rules:
+			skip(si, "folded by rules version %d, this reader's are version %d: its state need not be what these rules fold", si.Rules, rules)
+			continue
 		case si.Stream != bounds.ID:
 			skip(si, "taken from another stream (%q, this one is %q): the stream was created again", si.Stream, bounds.ID)
 			continue
 		case si.Seq > bounds.LastSeq:
-			skip(si, "beyond the stream's last seq %d", bounds.LastSeq)
+			skip(si, "beyond the stream's last seq %d: the stream lost the events it was folded from", bounds.LastSeq)
 			continue
 		case si.Seq+1 < bounds.FirstSeq:
 			skip(si, "compacted away: the stream starts at seq %d, the events after seq %d are gone", bounds.FirstSeq, si.Seq)
@@ -142,9 +161,13 @@ func PruneSnapshots(ctx context.Context, store SnapshotStore, keep int) (int, er
 }
 
 // MemSnapshots is an in-memory SnapshotStore over a MemLog, for unit tests.
-// Its stream ID is "mem"; the MemLog holds every seq from 1.
+// Its stream ID is "mem"; the MemLog holds every seq from 1. Like a store
+// next to a real stream, it refuses a snapshot beyond the log's tail.
 type MemSnapshots struct {
 	Log *MemLog
+	// Now stamps the snapshots put without a time (nil: time.Now; this
+	// package takes no clock).
+	Now func() time.Time
 
 	mu    sync.Mutex
 	snaps map[string]memSnap
@@ -163,9 +186,20 @@ func (m *MemSnapshots) Put(ctx context.Context, info SnapshotInfo, data []byte) 
 	if err := ctx.Err(); err != nil {
 		return SnapshotInfo{}, err
 	}
+	tail, err := m.Log.Tail(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if info.Seq > tail {
+		return SnapshotInfo{}, fmt.Errorf("put snapshot at seq %d: the log ends at seq %d: not the log it was folded from", info.Seq, tail)
+	}
 	info.Name, info.Stream, info.Size = SnapshotName(info.Seq), "mem", len(data)
 	if info.At.IsZero() {
-		info.At = time.Now().UTC()
+		now := m.Now
+		if now == nil {
+			now = time.Now
+		}
+		info.At = now().UTC()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

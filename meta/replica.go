@@ -273,14 +273,17 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		}
 	})
 
+	var snapLast uint64 // seq of the newest snapshot the term stored; read after wg.Wait
+	termStarted := false
 	if err := l.startTerm(lctx); err != nil {
 		l.lose(fmt.Sprintf("start term: %v", err))
 	} else {
+		termStarted = true
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
 		start("schedule", l.scheduleLoop)
-		start("snapshot", func(lctx context.Context) { l.snapshotLoop(lctx, ctx) })
+		start("snapshot", func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
 	}
 
 	<-lctx.Done()
@@ -301,6 +304,12 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
+	if termStarted && ctx.Err() != nil {
+		// Clean shutdown: one more snapshot, of the view this replica
+		// projected, after the lease is released (the next leader takes
+		// over meanwhile) and before Run returns.
+		l.finalSnapshot(ctx, snapLast)
+	}
 	return reason
 }
 

@@ -31,50 +31,54 @@ func projectorOptions(cfg Config) []client.ProjectorOption {
 }
 
 // snapshotLoop stores a snapshot of the replica's own projection every
-// SnapshotEvery events while the term lasts (ctx), and one more when the
-// term ends because the replica shuts down (replicaCtx done). It is a
-// leader goroutine like the others: lead cancels and joins it. It never
-// holds up a decision: it copies the view (the projector's View, made under
-// its lock) and encodes and stores the copy outside it. It only ever writes
-// a state this replica folded from the stream, stamped with the seq, term
-// and hash of that state and the writer's id and term.
-func (l *leaderSession) snapshotLoop(ctx, replicaCtx context.Context) {
+// SnapshotEvery events while the term lasts (ctx), and returns the seq of
+// the newest snapshot it knows stored (for finalSnapshot). It is a leader
+// goroutine like the others: lead cancels and joins it. It sleeps until the
+// projection reaches the next snapshot's seq (AwaitSeq: woken once, not on
+// every event), and with periodic snapshots off until the term ends. It
+// never holds up a decision: it copies the view (the projector's View, made
+// under its lock) and encodes and stores the copy outside it. It only ever
+// writes a state this replica folded from the stream, stamped with the seq,
+// term and hash of that state and the writer's id and term.
+func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 	cfg := &l.r.cfg
-	if cfg.Snapshots == nil {
-		return
-	}
-	var last uint64 // seq of the newest snapshot known to be stored
 	if o := l.r.proj.Origin(); o.Snapshot != nil {
 		last = o.Snapshot.Seq
 	}
+	if cfg.SnapshotEvery <= 0 {
+		<-ctx.Done()
+		return last
+	}
 	backoff := snapshotRetryMin
 	for {
-		changed := l.r.proj.Changed()
-		if cfg.SnapshotEvery > 0 && l.r.proj.Seq() >= last+uint64(cfg.SnapshotEvery) {
-			si, err := l.writeSnapshot(ctx)
-			if err == nil {
-				last, backoff = si.Seq, snapshotRetryMin
-				continue
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
-			select {
-			case <-ctx.Done():
-			case <-cfg.Clock.After(backoff):
-			}
-			backoff = min(2*backoff, snapshotRetryMax)
+		if err := l.r.proj.AwaitSeq(ctx, last+uint64(cfg.SnapshotEvery)); err != nil {
+			return last
+		}
+		si, err := l.writeSnapshot(ctx)
+		if err == nil {
+			last, backoff = si.Seq, snapshotRetryMin
 			continue
 		}
+		if ctx.Err() != nil {
+			return last
+		}
+		l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
 		select {
 		case <-ctx.Done():
-		case <-changed:
-			continue
+			return last
+		case <-cfg.Clock.After(backoff):
 		}
-		break
+		backoff = min(2*backoff, snapshotRetryMax)
 	}
-	if replicaCtx.Err() == nil || l.r.proj.Seq() <= last {
+}
+
+// finalSnapshot stores a snapshot of the replica's view when it shuts down
+// cleanly, unless the newest one it stored (last) is of that view already.
+// lead calls it after the term's tasks are joined and the lease released,
+// so the next leader does not wait for it: the view is a state of the
+// stream at its seq, folded by this replica, whoever leads now.
+func (l *leaderSession) finalSnapshot(ctx context.Context, last uint64) {
+	if l.r.cfg.Snapshots == nil || l.r.proj.Seq() <= last {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotFinalTimeout)
@@ -92,10 +96,9 @@ func (l *leaderSession) writeSnapshot(ctx context.Context) (events.SnapshotInfo,
 	if v.Seq == 0 {
 		return events.SnapshotInfo{}, nil
 	}
-	data, hash := v.EncodeSnapshotHash()
-	si, err := cfg.Snapshots.Put(ctx, events.SnapshotInfo{
-		Seq: v.Seq, Term: v.Term, Hash: hash, Writer: cfg.ID, LeaderTerm: l.term, At: start.UTC(),
-	}, data)
+	data, si := v.StoredSnapshot()
+	si.Writer, si.LeaderTerm, si.At = cfg.ID, l.term, start.UTC()
+	si, err := cfg.Snapshots.Put(ctx, si, data)
 	if err != nil {
 		return events.SnapshotInfo{}, fmt.Errorf("store snapshot at seq %d: %w", v.Seq, err)
 	}
@@ -103,7 +106,7 @@ func (l *leaderSession) writeSnapshot(ctx context.Context) (events.SnapshotInfo,
 	if err != nil {
 		l.logger.Warn().Err(err).Msg("old snapshots not pruned")
 	}
-	l.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", hash).
+	l.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", si.Hash).
 		Int("bytes", len(data)).Int("pruned", pruned).Dur("took", cfg.Clock.Now().Sub(start)).Msg("snapshot stored")
 	return si, nil
 }

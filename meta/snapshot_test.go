@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,27 +55,41 @@ func newSnapCluster(t *testing.T, n int) *snapCluster {
 	if _, err := log.Append(ctx, 0, mix.Events...); err != nil {
 		t.Fatal(err)
 	}
-	// A long lease: a loaded machine must not move leadership mid-test.
+	return &snapCluster{log: log, snaps: snaps, lease: leaseAbove(t, mix.Events[len(mix.Events)-1].Term)}
+}
+
+// leaseAbove is a long lease (a loaded machine must not move leadership
+// mid-test) whose next term is above term.
+func leaseAbove(t *testing.T, term uint64) *MemLeaseStore {
+	t.Helper()
 	lease := NewMemLeaseStore(clock.Real{}, 10*time.Second)
 	h := lease.Handle()
-	for range mix.Events[len(mix.Events)-1].Term {
-		if _, err := h.Acquire(ctx, "earlier"); err != nil {
+	for range term {
+		if _, err := h.Acquire(ctxT(t), "earlier"); err != nil {
 			t.Fatal(err)
 		}
-		_ = h.Release(ctx)
+		_ = h.Release(ctxT(t))
 	}
-	return &snapCluster{log: log, snaps: snaps, lease: lease}
+	return lease
 }
 
 // replica runs one meta replica on the cluster until the returned stop is
 // called (stop joins it; cleanup stops it too).
 func (c *snapCluster) replica(t *testing.T, id string, every int) (*Replica, func()) {
 	t.Helper()
+	return runSnapReplica(t, id, c.log, c.lease, c.snaps, every)
+}
+
+// runSnapReplica runs one meta replica with no workers and snapshots in
+// snaps until the returned stop is called (stop joins it; cleanup stops it
+// too).
+func runSnapReplica(t *testing.T, id string, log events.Log, lease *MemLeaseStore, snaps events.SnapshotStore, every int) (*Replica, func()) {
+	t.Helper()
 	r, err := New(Config{
-		ID: id, Cluster: "snap", Log: c.log, Lease: c.lease.Handle(), LeaseTTL: 10 * time.Second,
+		ID: id, Cluster: "snap", Log: log, Lease: lease.Handle(), LeaseTTL: 10 * time.Second,
 		WorkerTimeout: time.Hour, Scheduler: SchedulerConfig{StoreTimeout: time.Hour},
 		ControlDialer: func(context.Context, string) (ControlConn, error) { return nil, errors.New("no workers here") },
-		Snapshots:     c.snaps, SnapshotEvery: every, SnapshotKeep: 2, Logger: zerolog.Nop(),
+		Snapshots:     snaps, SnapshotEvery: every, SnapshotKeep: 2, Logger: zerolog.Nop(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +171,8 @@ func leaderTerm(t *testing.T, r *Replica) uint64 {
 func TestLeaderWritesSnapshots(t *testing.T) {
 	const n, every = 400, 100
 	c := newSnapCluster(t, n)
-	r, stop := c.replica(t, "meta-1", every)
+	puts := &putLog{SnapshotStore: c.snaps}
+	r, stop := runSnapReplica(t, "meta-1", c.log, c.lease, puts, every)
 	term := leaderTerm(t, r)
 	// Seq n+1 is term.started; n+1 >= every: a snapshot right away.
 	eventually(t, "the first snapshot", func() bool { return newest(c.list(t)) >= n+1 })
@@ -181,14 +197,52 @@ func TestLeaderWritesSnapshots(t *testing.T) {
 	before := newest(c.list(t))
 	last = c.appendOther(t, term, 30)
 	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
-	if newest(c.list(t)) != before {
-		t.Fatalf("a snapshot after 30 events with one every %d: %+v (newest before %d, tail %d)", every, c.list(t), before, last)
-	}
+	puts.stopping.Store(true)
 	stop()
+	// The only snapshot stored after the one at before is the final one,
+	// stored after stop began; a periodic one in between would also be
+	// among the 2 kept.
 	got = c.list(t)
-	if newest(got) != last || got[len(got)-1].Hash != c.foldHash(t, last) {
-		t.Fatalf("no snapshot of seq %d on clean shutdown: %+v", last, got)
+	if len(got) != 2 || got[0].Seq != before || got[1].Seq != last || got[1].Hash != c.foldHash(t, last) {
+		t.Fatalf("after 30 more events (one snapshot every %d) and a clean shutdown: %+v; want the snapshot at %d and the final one at %d", every, got, before, last)
 	}
+	var after []putRec
+	for _, p := range puts.all() {
+		if p.seq > before {
+			after = append(after, p)
+		}
+	}
+	if len(after) != 1 || !after[0].stopping {
+		t.Fatalf("snapshots stored after seq %d: %+v; want only the final one, stored on shutdown", before, after)
+	}
+}
+
+// putLog records every snapshot stored through it, and whether the
+// replica was being stopped then.
+type putLog struct {
+	events.SnapshotStore
+	stopping atomic.Bool
+
+	mu   sync.Mutex
+	puts []putRec
+}
+
+type putRec struct {
+	seq      uint64
+	stopping bool
+}
+
+func (p *putLog) Put(ctx context.Context, si events.SnapshotInfo, data []byte) (events.SnapshotInfo, error) {
+	p.mu.Lock()
+	p.puts = append(p.puts, putRec{si.Seq, p.stopping.Load()})
+	p.mu.Unlock()
+	return p.SnapshotStore.Put(ctx, si, data)
+}
+
+func (p *putLog) all() []putRec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]putRec(nil), p.puts...)
 }
 
 // A replica that joins a cluster with a snapshot folds only the events after
@@ -219,5 +273,77 @@ func TestReplicaJoinsFromSnapshot(t *testing.T) {
 	// The leader's projection started before any snapshot existed.
 	if lo := leader.Projector().Origin(); lo.Snapshot != nil || lo.Folded != last {
 		t.Fatalf("leader origin %+v, want %d events folded from seq 1", lo, last)
+	}
+}
+
+// heldSnapshots holds every Put until release is closed, and says when one
+// is waiting.
+type heldSnapshots struct {
+	*events.MemSnapshots
+	entered chan uint64   // the seq of each Put that waits
+	release chan struct{} // closed: Puts go on
+}
+
+func (h *heldSnapshots) Put(ctx context.Context, si events.SnapshotInfo, data []byte) (events.SnapshotInfo, error) {
+	select {
+	case h.entered <- si.Seq:
+	default:
+	}
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return events.SnapshotInfo{}, ctx.Err()
+	}
+	return h.MemSnapshots.Put(ctx, si, data)
+}
+
+// On clean shutdown the leader releases its lease before it stores the
+// final snapshot (the next leader need not wait for it), and still stores
+// it before Run returns.
+func TestShutdownReleasesLeaseBeforeFinalSnapshot(t *testing.T) {
+	mix, err := eventgen.Mix(200, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewMemLog()
+	last, err := log.Append(ctxT(t), 0, mix.Events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := leaseAbove(t, mix.Events[len(mix.Events)-1].Term)
+	held := &heldSnapshots{MemSnapshots: events.NewMemSnapshots(log), entered: make(chan uint64, 1), release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(held.release) }) }
+	r, stop := runSnapReplica(t, "meta-1", log, lease, held, -1) // only on shutdown
+	t.Cleanup(release)                                           // before stop (cleanups run last first)
+	term := leaderTerm(t, r)
+	last++ // term.started
+	eventually(t, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last })
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	select {
+	case seq := <-held.entered:
+		if seq != last {
+			t.Fatalf("final snapshot at seq %d, want %d", seq, last)
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("no snapshot on clean shutdown")
+	}
+	// The final snapshot is being stored: the lease is free already.
+	if got, err := lease.Handle().Acquire(ctxT(t), "meta-2"); err != nil || got <= term {
+		t.Fatalf("lease while the final snapshot is stored: term %d, %v; want it released by term %d", got, err, term)
+	}
+	release()
+	<-stopped
+	list, err := held.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := projections.New()
+	if err := log.Read(ctxT(t), 1, func(rec events.Record) error { want.ApplyRecord(rec); return nil }); err != nil || want.Seq != last {
+		t.Fatalf("fold of the log: at %d, %v", want.Seq, err)
+	}
+	if len(list) != 1 || list[0].Seq != last || list[0].Writer != "meta-1" || list[0].LeaderTerm != term || list[0].Hash != want.Hash() {
+		t.Fatalf("stored %+v; want the snapshot of seq %d (hash %s) by meta-1 in term %d", list, last, want.Hash(), term)
 	}
 }

@@ -6,13 +6,32 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/termlog/termlog/events"
 )
 
 // SnapshotFormat is the version of the snapshot encoding.
 const SnapshotFormat = 1
 
+// RulesVersion is the version of the fold's rules: what Apply does with
+// each event (apply.go and what it calls). A snapshot records the rules it
+// was folded by, and a reader passes over a snapshot folded by other rules:
+// its state need not be the state this build's fold of the same events
+// gives, and a replica starting from it would end at another hash than the
+// replicas that folded from seq 1.
+//
+// Bump it whenever Apply's rules change: when a change to the fold moves a
+// hash in the replay goldens (replay/testdata, projections/testdata, the
+// cmd/termlog replay goldens), the rules changed.
+const RulesVersion = 1
+
+// ErrOtherRules is wrapped (with ErrBadSnapshot) by the error of a decode of
+// a snapshot folded by rules other than RulesVersion.
+var ErrOtherRules = errors.New("folded by other projection rules")
+
 type snapshot struct {
 	Format int    `json:"format"`
+	Rules  uint64 `json:"rules"`
 	Hash   string `json:"hash"`
 	State  *State `json:"state"`
 }
@@ -45,7 +64,7 @@ func (s *State) EncodeSnapshot() []byte {
 // EncodeSnapshotHash encodes the state with its hash, and returns the hash.
 func (s *State) EncodeSnapshotHash() ([]byte, string) {
 	h := s.Hash()
-	b, _ := json.Marshal(snapshot{Format: SnapshotFormat, Hash: h, State: s})
+	b, _ := json.Marshal(snapshot{Format: SnapshotFormat, Rules: RulesVersion, Hash: h, State: s})
 	return b, h
 }
 
@@ -74,6 +93,32 @@ func DecodeSnapshotAt(b []byte, seq uint64, hash string) (*State, error) {
 	return s, nil
 }
 
+// StoredSnapshot encodes the state for an events.SnapshotStore: the bytes,
+// and the info Put takes with what the state says about itself filled in
+// (seq, term, hash, and the rules it was folded by: RulesVersion); the
+// writer adds its own name and term.
+func (s *State) StoredSnapshot() ([]byte, events.SnapshotInfo) {
+	b, h := s.EncodeSnapshotHash()
+	return b, events.SnapshotInfo{Seq: s.Seq, Term: s.Term, Hash: h, Rules: RulesVersion}
+}
+
+// DecodeStoredSnapshot decodes a snapshot read from an events.SnapshotStore
+// and checks that it is the state its info records (seq and hash), folded
+// by this build's rules (RulesVersion, in the info and in the bytes): the
+// decode every reader of stored snapshots passes to events.LoadSnapshot
+// (with RulesVersion, so a snapshot of other rules is passed over before
+// its bytes are read).
+func DecodeStoredSnapshot(si events.SnapshotInfo, b []byte) (*State, error) {
+	if si.Rules != RulesVersion {
+		return nil, otherRules(si.Rules)
+	}
+	return DecodeSnapshotAt(b, si.Seq, si.Hash)
+}
+
+func otherRules(v uint64) error {
+	return fmt.Errorf("%w: %w: rules version %d, this build's are version %d", ErrBadSnapshot, ErrOtherRules, v, RulesVersion)
+}
+
 func decodeSnapshot(b []byte) (*State, string, error) {
 	var snap snapshot
 	if err := json.Unmarshal(b, &snap); err != nil {
@@ -81,6 +126,9 @@ func decodeSnapshot(b []byte) (*State, string, error) {
 	}
 	if snap.Format != SnapshotFormat {
 		return nil, "", fmt.Errorf("%w: format %d, this build reads %d", ErrBadSnapshot, snap.Format, SnapshotFormat)
+	}
+	if snap.Rules != RulesVersion {
+		return nil, "", otherRules(snap.Rules)
 	}
 	if snap.State == nil {
 		return nil, "", fmt.Errorf("%w: no state", ErrBadSnapshot)

@@ -45,9 +45,7 @@ func snapshotBound(o Options) uint64 {
 // folder at its state and the seq to read from; with none usable (each one
 // passed over is reported on Diag), a fresh folder and seq 1.
 func startFromSnapshot(ctx context.Context, o Options) (*Folder, uint64, *events.SnapshotInfo) {
-	st, si, skipped, err := events.LoadSnapshot(ctx, o.Snapshots, snapshotBound(o), func(si events.SnapshotInfo, b []byte) (*projections.State, error) {
-		return projections.DecodeSnapshotAt(b, si.Seq, si.Hash)
-	})
+	st, si, skipped, err := events.LoadSnapshot(ctx, o.Snapshots, snapshotBound(o), projections.RulesVersion, projections.DecodeStoredSnapshot)
 	for _, s := range skipped {
 		fmt.Fprintf(o.Diag, "replay: warning: %v\n", s)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -36,8 +37,9 @@ func snapshotAt(t *testing.T, log *events.MemLog, store events.SnapshotStore, se
 		}
 		return nil
 	})
-	data, hash := st.EncodeSnapshotHash()
-	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: seq, Term: st.Term, Hash: hash, Writer: "test"}, data); err != nil {
+	data, si := st.StoredSnapshot()
+	si.Writer = "test"
+	if _, err := store.Put(context.Background(), si, data); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -134,14 +136,28 @@ func TestReplaySnapshotModes(t *testing.T) {
 	}
 }
 
-// A damaged snapshot is reported on Diag and passed over; the answer is the
-// same.
+// A damaged snapshot, and one folded by other rules, are reported on Diag
+// and passed over; the answer is the same.
 func TestReplayIgnoresBadSnapshot(t *testing.T) {
 	const n = 1200
 	log := mixMemLog(t, n)
 	store := events.NewMemSnapshots(log)
 	snapshotAt(t, log, store, 500)
-	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1100, Hash: "feed"}, []byte(`{"format":1,"hash":"feed","state":{}}`)); err != nil {
+	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1100, Hash: "feed", Rules: projections.RulesVersion},
+		fmt.Appendf(nil, `{"format":1,"rules":%d,"hash":"feed","state":{}}`, projections.RulesVersion)); err != nil {
+		t.Fatal(err)
+	}
+	st := projections.New()
+	_ = log.Read(context.Background(), 1, func(r events.Record) error {
+		if r.Seq <= 1150 {
+			st.ApplyRecord(r)
+		}
+		return nil
+	})
+	st.Counters.Applied++ // what other rules might have folded
+	data, si := st.StoredSnapshot()
+	si.Rules++
+	if _, err := store.Put(context.Background(), si, data); err != nil {
 		t.Fatal(err)
 	}
 	o := replay.Options{Mode: replay.ModeState, JSON: true}
@@ -159,5 +175,8 @@ func TestReplayIgnoresBadSnapshot(t *testing.T) {
 	}
 	if !strings.Contains(diag, "replay: warning: snapshot skipped: "+events.SnapshotName(1100)) || !strings.Contains(diag, "bad snapshot") {
 		t.Fatalf("diag does not warn about the bad snapshot: %q", diag)
+	}
+	if !strings.Contains(diag, "replay: warning: snapshot skipped: "+events.SnapshotName(1150)) || !strings.Contains(diag, "folded by rules version") {
+		t.Fatalf("diag does not warn about the snapshot of other rules: %q", diag)
 	}
 }

@@ -89,7 +89,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s binds the snapshot bucket: %v", role, err)
 		}
-		st, origin, err := client.LoadFrom(ctx, rl, snaps, testLogger(t))
+		st, origin, err := client.LoadFrom(ctx, rl, snaps, testLogger(t), nil)
 		if err != nil {
 			t.Fatalf("%s loads from a snapshot: %v", role, err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
@@ -54,7 +55,7 @@ func loadStatus(ctx context.Context, nc *nats.Conn, lc natslog.Config, logger ze
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
 	}
-	st, origin, err := client.LoadFrom(ctx, lg, store, logger)
+	st, origin, err := client.LoadFrom(ctx, lg, store, logger, clock.Real{})
 	if err != nil {
 		return Status{}, err
 	}

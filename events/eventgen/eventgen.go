@@ -18,7 +18,7 @@ type Stream struct {
 }
 
 // Base is the time of the first event; event seq s happens s ms later.
-var Base = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+func Base() time.Time { return time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC) }
 
 // Mix returns n events (the same ones for the same arguments): a term, a
 // dozen stores and 200 shards, then mostly worker registrations over
@@ -31,6 +31,7 @@ func Mix(n, endpoints int) (*Stream, error) {
 		return nil, fmt.Errorf("eventgen: %d events over %d endpoints: want n >= 0 and endpoints >= 1", n, endpoints)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
+	base := Base()
 	w := &Stream{Events: make([]events.Event, 0, n+4), Bodies: make([][]byte, 0, n+4)}
 	term := uint64(1)
 	nextID := uint64(1)
@@ -61,7 +62,7 @@ func Mix(n, endpoints int) (*Stream, error) {
 	var err error
 	add := func(d events.Payload) uint64 {
 		seq := uint64(len(w.Events) + 1)
-		ev := events.Event{Seq: seq, Term: term, Writer: fmt.Sprintf("meta-%d", 1+term%3), At: Base.Add(time.Duration(seq) * time.Millisecond), Data: d}
+		ev := events.Event{Seq: seq, Term: term, Writer: fmt.Sprintf("meta-%d", 1+term%3), At: base.Add(time.Duration(seq) * time.Millisecond), Data: d}
 		body, eerr := events.Encode(ev)
 		if eerr != nil && err == nil {
 			err = eerr

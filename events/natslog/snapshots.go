@@ -41,6 +41,7 @@ const (
 	mdSeq        = "seq"
 	mdTerm       = "term"
 	mdHash       = "hash"
+	mdRules      = "rules"
 	mdStream     = "stream"
 	mdWriter     = "writer"
 	mdLeaderTerm = "leader-term"
@@ -136,6 +137,7 @@ func (s *Snapshots) Put(ctx context.Context, si events.SnapshotInfo, data []byte
 		Description: fmt.Sprintf("projection of %s after seq %d", s.log.name, si.Seq),
 		Metadata: map[string]string{
 			mdSeq: strconv.FormatUint(si.Seq, 10), mdTerm: strconv.FormatUint(si.Term, 10), mdHash: si.Hash,
+			mdRules:  strconv.FormatUint(si.Rules, 10),
 			mdStream: si.Stream, mdWriter: si.Writer, mdLeaderTerm: strconv.FormatUint(si.LeaderTerm, 10),
 			mdAt: si.At.UTC().Format(time.RFC3339Nano),
 		},
@@ -216,8 +218,8 @@ func (s *Snapshots) putObject(ctx context.Context, meta jetstream.ObjectMeta, da
 }
 
 // List implements events.SnapshotStore. An object whose metadata does not
-// parse is listed with seq 0 and no stream, so it is never loaded and is
-// the first pruned.
+// parse (or names another seq than its name) is listed with seq 0 and
+// Unreadable saying why, so it is never loaded and is the first pruned.
 func (s *Snapshots) List(ctx context.Context) ([]events.SnapshotInfo, error) {
 	ctx, cancel := s.log.reqCtx(ctx)
 	defer cancel()
@@ -251,14 +253,23 @@ func parseInfo(o *jetstream.ObjectInfo) events.SnapshotInfo {
 		return n
 	}
 	si.Seq, si.Term, si.LeaderTerm = num(mdSeq), num(mdTerm), num(mdLeaderTerm)
+	if _, ok := md[mdRules]; ok { // absent: written before rules were recorded (0)
+		si.Rules = num(mdRules)
+	}
 	at, err := time.Parse(time.RFC3339Nano, md[mdAt])
 	if err != nil {
 		errs = append(errs, mdAt)
 	}
 	si.At = at
 	si.Stream = md[mdStream]
-	if len(errs) > 0 || si.Name != events.SnapshotName(si.Seq) {
-		si.Seq, si.Stream = 0, "unreadable metadata: "+strings.Join(errs, ",")
+	switch {
+	case len(errs) > 0:
+		si.Unreadable = fmt.Sprintf("object metadata %s do not parse", strings.Join(errs, ", "))
+	case si.Name != events.SnapshotName(si.Seq):
+		si.Unreadable = fmt.Sprintf("object metadata name seq %d, not the seq of its name", si.Seq)
+	}
+	if si.Unreadable != "" {
+		si.Seq = 0
 	}
 	return si
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 )
 
+// textRules is the rules version of the snapshots of these tests.
+const textRules = 7
+
 // decodeText is a decode for LoadSnapshot in these tests: the bytes are
 // "state@<seq>", and must name the recorded seq.
 func decodeText(si events.SnapshotInfo, b []byte) (string, error) {
@@ -25,7 +28,7 @@ func decodeText(si events.SnapshotInfo, b []byte) (string, error) {
 
 func putText(t *testing.T, s events.SnapshotStore, seq uint64) events.SnapshotInfo {
 	t.Helper()
-	si, err := s.Put(ctxT(t), events.SnapshotInfo{Seq: seq, Term: 1, Hash: "h", Writer: "meta-1", LeaderTerm: 1}, fmt.Appendf(nil, "state@%d", seq))
+	si, err := s.Put(ctxT(t), events.SnapshotInfo{Seq: seq, Term: 1, Hash: "h", Rules: textRules, Writer: "meta-1", LeaderTerm: 1}, fmt.Appendf(nil, "state@%d", seq))
 	if err != nil {
 		t.Fatalf("Put seq %d: %v", seq, err)
 	}
@@ -56,7 +59,7 @@ func TestSnapshotsStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
+	if _, _, _, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
 		t.Fatalf("LoadSnapshot of an empty bucket: %v, want ErrNoSnapshot", err)
 	}
 	appendN(t, l, 30)
@@ -78,7 +81,7 @@ func TestSnapshotsStore(t *testing.T) {
 	var seqs []uint64
 	for _, si := range list {
 		seqs = append(seqs, si.Seq)
-		if si.Name != events.SnapshotName(si.Seq) || si.Writer != "meta-1" || si.Hash != "h" || si.Stream == "" || si.Size == 0 || si.At.IsZero() {
+		if si.Name != events.SnapshotName(si.Seq) || si.Writer != "meta-1" || si.Hash != "h" || si.Rules != textRules || si.Stream == "" || si.Size == 0 || si.At.IsZero() {
 			t.Fatalf("listed info %+v", si)
 		}
 	}
@@ -88,12 +91,12 @@ func TestSnapshotsStore(t *testing.T) {
 	for _, c := range []struct {
 		upTo, want uint64
 	}{{0, 30}, {30, 30}, {29, 20}, {10, 10}, {7, 5}} {
-		v, si, skipped, err := events.LoadSnapshot(ctxT(t), bound, c.upTo, decodeText)
+		v, si, skipped, err := events.LoadSnapshot(ctxT(t), bound, c.upTo, textRules, decodeText)
 		if err != nil || si.Seq != c.want || v != fmt.Sprintf("state@%d", c.want) || len(skipped) != 0 {
 			t.Fatalf("LoadSnapshot up to %d: %q at %d, skipped %v, err %v; want seq %d", c.upTo, v, si.Seq, skipped, err, c.want)
 		}
 	}
-	if _, _, _, err := events.LoadSnapshot(ctxT(t), bound, 4, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
+	if _, _, _, err := events.LoadSnapshot(ctxT(t), bound, 4, textRules, decodeText); !errors.Is(err, events.ErrNoSnapshot) {
 		t.Fatalf("LoadSnapshot up to 4: %v, want ErrNoSnapshot", err)
 	}
 	// A snapshot of several chunks, stored twice under its name: read back
@@ -147,10 +150,10 @@ func TestSnapshotsBadBytesPassedOver(t *testing.T) {
 	}
 	appendN(t, l, 10)
 	putText(t, store, 4)
-	if _, err := store.Put(ctxT(t), events.SnapshotInfo{Seq: 9, Term: 1, Hash: "h"}, []byte("garbage")); err != nil {
+	if _, err := store.Put(ctxT(t), events.SnapshotInfo{Seq: 9, Term: 1, Hash: "h", Rules: textRules}, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	v, si, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText)
+	v, si, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
 	if err != nil || si.Seq != 4 || v != "state@4" {
 		t.Fatalf("got %q at %d, %v; want the snapshot at 4", v, si.Seq, err)
 	}
@@ -189,7 +192,7 @@ func TestSnapshotsCompactedAway(t *testing.T) {
 	if err != nil || b.FirstSeq != 14 || b.LastSeq != 20 {
 		t.Fatalf("bounds after purge: %+v, %v", b, err)
 	}
-	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText)
+	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
 	if !errors.Is(err, events.ErrNoSnapshot) || len(skipped) != 2 {
 		t.Fatalf("after purge: err %v, skipped %v; want both passed over", err, skipped)
 	}
@@ -199,7 +202,7 @@ func TestSnapshotsCompactedAway(t *testing.T) {
 		}
 	}
 	putText(t, store, 13) // the events after 13 are all there
-	if _, si, _, err := events.LoadSnapshot(ctxT(t), store, 0, decodeText); err != nil || si.Seq != 13 {
+	if _, si, _, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText); err != nil || si.Seq != 13 {
 		t.Fatalf("snapshot at first seq - 1: %d, %v", si.Seq, err)
 	}
 }
@@ -229,8 +232,77 @@ func TestSnapshotsOfRecreatedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store2, 0, decodeText)
+	_, _, skipped, err := events.LoadSnapshot(ctxT(t), store2, 0, textRules, decodeText)
 	if !errors.Is(err, events.ErrNoSnapshot) || len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "another stream") {
 		t.Fatalf("snapshot of the old stream: err %v, skipped %v", err, skipped)
+	}
+}
+
+// An object whose metadata does not parse is listed as unreadable (seq 0:
+// the oldest, the last tried and the first pruned) and passed over with
+// that reason; one written before rules versions were recorded has none
+// (0) and is passed over too; the next older good one is used.
+func TestSnapshotsUnreadableMetadata(t *testing.T) {
+	s := startServer(t, t.TempDir(), true)
+	nc := connect(t, s)
+	l := open(t, nc, natslog.Config{Cluster: "snapmd"})
+	store, err := natslog.OpenSnapshots(ctxT(t), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, l, 10)
+	for _, seq := range []uint64{5, 8, 9} {
+		putText(t, store, seq)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctxT(t), natslog.SnapshotBucket("snapmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(seq uint64, change func(md map[string]string)) {
+		t.Helper()
+		oi, err := obs.GetInfo(ctxT(t), events.SnapshotName(seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := oi.ObjectMeta
+		change(meta.Metadata)
+		if err := obs.UpdateMeta(ctxT(t), meta.Name, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(9, func(md map[string]string) { md["seq"], md["at"] = "nine", "yesterday" })
+	edit(8, func(md map[string]string) { delete(md, "rules") })
+	list, err := store.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0].Name != events.SnapshotName(9) || list[0].Seq != 0 ||
+		!strings.Contains(list[0].Unreadable, "seq, at do not parse") || list[1].Seq != 5 || list[2].Seq != 8 || list[2].Rules != 0 || list[2].Unreadable != "" {
+		t.Fatalf("listed %+v; want the snapshot at 9 unreadable and first, the one at 8 with no rules", list)
+	}
+	v, si, skipped, err := events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
+	if err != nil || si.Seq != 5 || v != "state@5" {
+		t.Fatalf("got %q at %d, %v; want the snapshot at 5", v, si.Seq, err)
+	}
+	if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), events.SnapshotName(8)) || !strings.Contains(skipped[0].Error(), "rules version 0") {
+		t.Fatalf("skipped %v; want the snapshot at 8 (no rules)", skipped)
+	}
+	if err := store.Delete(ctxT(t), events.SnapshotName(5)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, skipped, err = events.LoadSnapshot(ctxT(t), store, 0, textRules, decodeText)
+	if !errors.Is(err, events.ErrNoSnapshot) || len(skipped) != 2 || !strings.Contains(skipped[1].Error(), events.SnapshotName(9)) ||
+		!strings.Contains(skipped[1].Error(), "unreadable: object metadata seq, at do not parse") {
+		t.Fatalf("without the one at 5: err %v, skipped %v; want the snapshot at 9 passed over as unreadable", err, skipped)
+	}
+	if n, err := events.PruneSnapshots(ctxT(t), store, 1); err != nil || n != 1 {
+		t.Fatalf("prune to 1: deleted %d, %v", n, err)
+	}
+	if list, _ := store.List(ctxT(t)); len(list) != 1 || list[0].Seq != 8 {
+		t.Fatalf("after pruning: %+v, want the unreadable one gone", list)
 	}
 }

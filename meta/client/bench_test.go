@@ -137,8 +137,8 @@ func BenchmarkCatchUpSnapshot(b *testing.B) {
 		st.Apply(ev)
 	}
 	store := events.NewMemSnapshots(log)
-	data, hash := st.EncodeSnapshotHash()
-	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: st.Seq, Term: st.Term, Hash: hash}, data); err != nil {
+	data, si := st.StoredSnapshot()
+	if _, err := store.Put(context.Background(), si, data); err != nil {
 		b.Fatal(err)
 	}
 	run := func(b *testing.B, folded uint64, opts ...client.ProjectorOption) {

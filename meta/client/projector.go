@@ -239,6 +239,6 @@ var ErrNotProjected = errors.New("event stream not projected")
 // Load folds a log from an empty state up to its tail and returns the state:
 // the one-shot read used by status and worker list.
 func Load(ctx context.Context, log events.Log) (*projections.State, error) {
-	st, _, err := LoadFrom(ctx, log, nil, zerolog.Nop())
+	st, _, err := LoadFrom(ctx, log, nil, zerolog.Nop(), nil)
 	return st, err
 }

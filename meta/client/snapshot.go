@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -48,12 +49,6 @@ func (p *Projector) Origin() Origin {
 	return o
 }
 
-// DecodeSnapshot decodes a stored snapshot and checks that it is the state
-// its info records (seq and hash).
-func DecodeSnapshot(si events.SnapshotInfo, b []byte) (*projections.State, error) {
-	return projections.DecodeSnapshotAt(b, si.Seq, si.Hash)
-}
-
 // startFromSnapshot replaces an empty state with the newest usable
 // snapshot, once, before the first read of the log.
 func (p *Projector) startFromSnapshot(ctx context.Context) {
@@ -84,7 +79,7 @@ func (p *Projector) startFromSnapshot(ctx context.Context) {
 // snapshot passed over as a warning; nil when there is none.
 func findSnapshot(ctx context.Context, store events.SnapshotStore, lg zerolog.Logger, now func() time.Time) (*projections.State, *events.SnapshotInfo, time.Duration) {
 	start := now()
-	st, si, skipped, err := events.LoadSnapshot(ctx, store, 0, DecodeSnapshot)
+	st, si, skipped, err := events.LoadSnapshot(ctx, store, 0, projections.RulesVersion, projections.DecodeStoredSnapshot)
 	for _, s := range skipped {
 		lg.Warn().Err(s).Msg("snapshot ignored")
 	}
@@ -107,12 +102,15 @@ func findSnapshot(ctx context.Context, store events.SnapshotStore, lg zerolog.Lo
 // LoadFrom is Load starting from the newest usable snapshot in store (each
 // one passed over is logged as a warning), folding only the events after
 // it; with store nil or no usable snapshot, from seq 1. The origin says
-// which.
-func LoadFrom(ctx context.Context, log events.Log, store events.SnapshotStore, lg zerolog.Logger) (*projections.State, Origin, error) {
+// which; its LoadTook is measured on clk (nil: the wall clock).
+func LoadFrom(ctx context.Context, log events.Log, store events.SnapshotStore, lg zerolog.Logger, clk clock.Clock) (*projections.State, Origin, error) {
 	var o Origin
 	st := projections.New()
+	if clk == nil {
+		clk = clock.Real{}
+	}
 	if store != nil {
-		if s, si, took := findSnapshot(ctx, store, lg, time.Now); s != nil {
+		if s, si, took := findSnapshot(ctx, store, lg, clk.Now); s != nil {
 			st, o.Snapshot, o.LoadTook = s, si, took
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/eventgen"
 )
 
 const appendCluster = "benchappend"
@@ -22,8 +23,9 @@ const appendGroup = 256
 func registrations(n int) ([]events.Event, [][]byte, error) {
 	evs := make([]events.Event, n)
 	bodies := make([][]byte, n)
+	base := eventgen.Base()
 	for i := range n {
-		evs[i] = events.Event{Term: 1, Writer: "meta-1", At: workloadBase.Add(time.Duration(i) * time.Millisecond),
+		evs[i] = events.Event{Term: 1, Writer: "meta-1", At: base.Add(time.Duration(i) * time.Millisecond),
 			Data: events.WorkerRegistered{ID: uint64(i + 1), Incarnation: fmt.Sprintf("bench-%d", i), Endpoint: fakeEndpoint(i), Kind: "compute", Parallelism: 4}}
 		b, err := events.Encode(evs[i])
 		if err != nil {

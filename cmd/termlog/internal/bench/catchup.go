@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
@@ -62,11 +61,12 @@ func (r *run) catchUp(ctx context.Context) error {
 	}
 	want := full.Hash()
 	encStart := time.Now()
-	data, hash := prefix.EncodeSnapshotHash()
+	data, si := prefix.StoredSnapshot()
 	encTook := time.Since(encStart)
 	snapBytes := len(data)
 	putStart := time.Now()
-	si, err := snaps.Put(ctx, events.SnapshotInfo{Seq: prefix.Seq, Term: prefix.Term, Hash: hash, Writer: "bench"}, data)
+	si.Writer = "bench"
+	si, err = snaps.Put(ctx, si, data)
 	if err != nil {
 		return fmt.Errorf("store snapshot: %w", err)
 	}
@@ -91,8 +91,9 @@ func (r *run) catchUp(ctx context.Context) error {
 
 	// The best moment: a snapshot at the tail (the one stored on a clean
 	// shutdown).
-	data, hash = full.EncodeSnapshotHash()
-	tsi, err := snaps.Put(ctx, events.SnapshotInfo{Seq: full.Seq, Term: full.Term, Hash: hash, Writer: "bench"}, data)
+	data, tsi := full.StoredSnapshot()
+	tsi.Writer = "bench"
+	tsi, err = snaps.Put(ctx, tsi, data)
 	if err != nil {
 		return fmt.Errorf("store snapshot: %w", err)
 	}
@@ -100,6 +101,15 @@ func (r *run) catchUp(ctx context.Context) error {
 	atTail, err := projectorCatchUp(ctx, log, n, bound, true, client.WithSnapshots(snaps))
 	if err != nil {
 		return err
+	}
+	if !atTail.partial {
+		// at_tail_s must time a start from that snapshot, not a full fold.
+		if atTail.origin.Snapshot == nil || atTail.origin.Snapshot.Seq != tsi.Seq || atTail.origin.Folded != 0 {
+			return fmt.Errorf("catch-up from the snapshot at the tail (%d): origin %+v, want it and no event folded", tsi.Seq, atTail.origin)
+		}
+		if h := atTail.state.Hash(); h != want {
+			return fmt.Errorf("catch-up from the snapshot at the tail: hash %s, the fold from seq 1 %s", h, want)
+		}
 	}
 	for _, name := range []string{si.Name, tsi.Name} {
 		if err := snaps.Delete(ctx, name); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/eventgen"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/projections"
@@ -36,9 +37,10 @@ func perWorker(a, b uint64, n int) float64 { return float64(int64(b)-int64(a)) /
 func workerStream(n int) ([][]byte, int, error) {
 	bodies := make([][]byte, 0, 2*n+1)
 	regBytes := 0
+	base := eventgen.Base()
 	add := func(p events.Payload) error {
 		seq := len(bodies) + 1
-		b, err := events.Encode(events.Event{Term: 1, Writer: "meta-1", At: workloadBase.Add(time.Duration(seq) * time.Millisecond), Data: p})
+		b, err := events.Encode(events.Event{Term: 1, Writer: "meta-1", At: base.Add(time.Duration(seq) * time.Millisecond), Data: p})
 		if err != nil {
 			return err
 		}

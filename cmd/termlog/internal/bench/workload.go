@@ -16,8 +16,6 @@ type workload struct {
 	bytes  int // total body bytes
 }
 
-var workloadBase = eventgen.Base
-
 func makeWorkload(n, endpoints int) (*workload, error) {
 	s, err := eventgen.Mix(n, endpoints)
 	if err != nil {
