@@ -65,7 +65,7 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 		case res := <-m.done:
 			return l.finish(ctx, res)
 		case l.sem <- struct{}{}:
-			l.combine(ctx)
+			l.combine()
 			<-l.sem
 		case <-ctx.Done():
 			if l.withdraw(m) {
@@ -114,8 +114,13 @@ type decided struct {
 	seen uint64 // scratch seq after its events
 }
 
-// combine decides and appends one group. The caller holds sem.
-func (l *leaderSession) combine(ctx context.Context) {
+// combine decides and appends one group. The caller holds sem. It works
+// under the term's context, not the caller's: whichever caller happens to
+// combine must not decide the outcome for the others (its own context may
+// end mid-append, an operator step's timeout say, while theirs live on).
+// Each mutation's own context is checked only before it is decided.
+func (l *leaderSession) combine() {
+	ctx := l.ctx
 	group := l.take()
 	if len(group) == 0 {
 		return

@@ -259,3 +259,75 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 		t.Fatalf("withdrawn mutation: decided %v, appends %v", decided, log.appendSizes())
 	}
 }
+
+// hookLog runs hook before every append (call counts from 1: term.started
+// is call 1). An error from hook is that call's outcome-unknown failure: the
+// call itself stores nothing.
+type hookLog struct {
+	*events.MemLog
+	mu    sync.Mutex
+	calls int
+	hook  func(call int, expected uint64, evs []events.Event) error
+}
+
+func (h *hookLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	h.mu.Lock()
+	h.calls++
+	n, hook := h.calls, h.hook
+	h.mu.Unlock()
+	if hook != nil {
+		if err := hook(n, expected, evs); err != nil {
+			return expected, err
+		}
+	}
+	return h.MemLog.Append(ctx, expected, evs...)
+}
+
+var errAckTimeout = errors.New("ack timeout (outcome unknown)")
+
+// The caller that combines a group does not decide the outcome for the
+// others: its context ends during the group's first append attempt (an
+// operator step's timeout, say), the attempt's outcome is unknown, and the
+// group is still retried with the same ids for the caller whose context
+// lives on.
+func TestGroupOutcomeNotDecidedByCombinersContext(t *testing.T) {
+	xctx, xcancel := context.WithCancel(ctxT(t))
+	defer xcancel()
+	log := &hookLog{MemLog: events.NewMemLog()}
+	log.hook = func(call int, _ uint64, evs []events.Event) error {
+		if call == 2 {
+			xcancel() // the combiner's own context ends mid-append
+			return errAckTimeout
+		}
+		return nil
+	}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	registration := func(id uint64, inc string) func(*projections.State) ([]events.Payload, error) {
+		return func(*projections.State) ([]events.Payload, error) {
+			return []events.Payload{events.WorkerRegistered{ID: id, Incarnation: inc, Endpoint: "10.0.0." + inc + ":1"}}, nil
+		}
+	}
+	// y is queued first, by hand, so that x is the only caller competing
+	// for sem: x combines the group [y, x].
+	y := &mutation{ctx: ctxT(t), decide: registration(1, "1"), done: make(chan mutationResult, 1)}
+	tl.qmu.Lock()
+	tl.queue = append(tl.queue, y)
+	tl.qmu.Unlock()
+	xdone := make(chan error, 1)
+	go func() { xdone <- tl.mutate(xctx, "", registration(2, "2")) }()
+	res := <-y.done
+	<-xdone // x's own answer may be its context's error; its event's fate is y's
+	if res.err != nil || res.seen != 2 {
+		t.Fatalf("y (live context): seen %d, err %v; want stored at seq 2", res.seen, res.err)
+	}
+	if err := tl.r.proj.AwaitSeq(ctxT(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	v := tl.r.proj.View()
+	if got := workerList(v); got != "[1,2]" || v.Seq != 3 {
+		t.Fatalf("workers %s at seq %d, want [1,2] at seq 3 (the group stored once)", got, v.Seq)
+	}
+}

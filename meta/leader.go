@@ -29,6 +29,7 @@ var ErrDisconnected = errors.New("NATS connection down")
 // with ctx; Replica.lead joins every goroutine before it returns.
 type leaderSession struct {
 	r      *Replica
+	ctx    context.Context // the term's: done when the term ends
 	term   uint64
 	lose   func(reason string)
 	logger zerolog.Logger
@@ -51,9 +52,10 @@ type leaderSession struct {
 	sched *schedState
 }
 
-func (r *Replica) newLeaderSession(term uint64, lose func(string)) *leaderSession {
+// newLeaderSession starts term; ctx is the term's context (lose must end it).
+func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
-		r: r, term: term, lose: lose,
+		r: r, ctx: ctx, term: term, lose: lose,
 		logger:    r.log.With().Uint64("term", term).Logger(),
 		sem:       make(chan struct{}, 1),
 		deadlines: map[uint64]deadline{},
