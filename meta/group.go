@@ -108,6 +108,16 @@ func (l *leaderSession) take() []*mutation {
 	return group
 }
 
+// pendingAppend is a group's append: its events, at expected+1...
+type pendingAppend struct {
+	expected uint64
+	evs      []events.Event
+}
+
+// errNotSent marks an append that was never handed to the log: its outcome
+// is known, nothing of it is stored.
+var errNotSent = errors.New("not sent")
+
 // decided is a mutation of a group that produced its decision.
 type decided struct {
 	m    *mutation
@@ -125,7 +135,11 @@ func (l *leaderSession) combine() {
 	if len(group) == 0 {
 		return
 	}
-	st, err := l.scratchState(ctx)
+	err := l.resendUnsure(ctx)
+	var st *projections.State
+	if err == nil {
+		st, err = l.scratchState(ctx)
+	}
 	if err != nil {
 		for _, m := range group {
 			m.done <- mutationResult{err: err}
@@ -176,8 +190,11 @@ func (l *leaderSession) combine() {
 		stored, err = l.append(ctx, base, evs)
 		if err != nil {
 			l.scratch = nil // holds events that may not be stored
-			if errors.Is(err, events.ErrFenced) {
+			switch {
+			case errors.Is(err, events.ErrFenced):
 				l.onFenced(ctx, err)
+			case !errors.Is(err, errNotSent):
+				l.unsure = &pendingAppend{expected: base, evs: evs}
 			}
 		}
 		l.lastWritten = max(l.lastWritten, stored)
@@ -189,6 +206,30 @@ func (l *leaderSession) combine() {
 			d.m.done <- mutationResult{err: err}
 		}
 	}
+}
+
+// resendUnsure resends, with the same ids, the group whose append's outcome
+// is unknown, so that nothing new is decided until it is known. Deciding
+// again on the projection would reuse the ids (<term>-<seq>) the group may
+// be stored under, for other events: the log fences those, spuriously, and
+// a late attempt of the group could still land after them.
+func (l *leaderSession) resendUnsure(ctx context.Context) error {
+	u := l.unsure
+	if u == nil {
+		return nil
+	}
+	stored, err := l.append(ctx, u.expected, u.evs)
+	l.lastWritten = max(l.lastWritten, stored)
+	switch {
+	case err == nil:
+		l.unsure = nil
+		l.logger.Info().Uint64("expected_seq", u.expected).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
+		return nil
+	case errors.Is(err, events.ErrFenced):
+		l.unsure = nil
+		l.onFenced(ctx, err)
+	}
+	return fmt.Errorf("resending a group whose outcome is unknown: %w", err)
 }
 
 // scratchState returns the state the next group is decided on: the kept
@@ -231,13 +272,17 @@ func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, e
 
 // append retries an append whose outcome is unknown with the same message
 // ids, so it is stored once. It returns the seq of the last event known to
-// be stored: the last one on success, at least expected on failure.
+// be stored: the last one on success, at least expected on failure. An
+// error wrapping errNotSent means nothing was sent.
 func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
 	var err error
 	stored := expected
 	for attempt := 0; attempt < 3; attempt++ {
-		if err := l.connected(); err != nil {
-			return stored, fmt.Errorf("append at seq %d not sent: %w", expected+1, err)
+		if cerr := l.connected(); cerr != nil {
+			if attempt == 0 {
+				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
+			}
+			return stored, fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %w)", expected+1, err, cerr)
 		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
 		var last uint64

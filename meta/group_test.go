@@ -331,3 +331,62 @@ func TestGroupOutcomeNotDecidedByCombinersContext(t *testing.T) {
 		t.Fatalf("workers %s at seq %d, want [1,2] at seq 3 (the group stored once)", got, v.Seq)
 	}
 }
+
+// An append whose outcome stays unknown (every attempt's ack lost, its
+// first attempt still in flight) is resent, with the same ids, before
+// anything new is decided: the next decision is made on the state holding
+// the resent group, not on the stale projection under the ids the group may
+// have been stored with. Here the in-flight attempt lands just before the
+// next append: deciding again at the same seq would be fenced (another
+// event under the same id) and its caller told not_leader.
+func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
+	type held struct {
+		expected uint64
+		evs      []events.Event
+	}
+	var inFlight *held
+	log := &hookLog{MemLog: events.NewMemLog()}
+	log.hook = func(call int, expected uint64, evs []events.Event) error {
+		switch {
+		case call >= 2 && call <= 4: // the group's three attempts
+			if inFlight == nil {
+				inFlight = &held{expected, evs}
+			}
+			return errAckTimeout
+		case inFlight != nil: // the first attempt lands now, before this one
+			if _, err := log.MemLog.Append(context.Background(), inFlight.expected, inFlight.evs...); err != nil {
+				return fmt.Errorf("in-flight append: %w", err)
+			}
+			inFlight = nil
+		}
+		return nil
+	}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	ctx := ctxT(t)
+	if err := tl.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"}
+	if rep := tl.register(ctx, a); rep.Error == nil || rep.Error.Code != client.CodeUnavailable {
+		t.Fatalf("register a, outcome unknown: %+v, want an unavailable error", rep)
+	}
+	if rep := tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}); rep.Error != nil || rep.ID != 2 || rep.Epoch != 3 {
+		t.Fatalf("register b after a's unknown outcome: %+v, want id 2 epoch 3", rep)
+	}
+	if n := tl.r.Fenced(); n != 0 {
+		t.Fatalf("%d appends fenced, want 0", n)
+	}
+	// a's registration landed: its retry finds it.
+	if rep := tl.register(ctx, a); rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
+		t.Fatalf("register a again: %+v, want id 1 epoch 2", rep)
+	}
+	v := tl.r.proj.View()
+	if got := workerList(v); got != "[1,2]" || v.Seq != 3 || v.Counters.Rejected != 0 {
+		t.Fatalf("workers %s seq %d rejected %d, want [1,2] at seq 3, none rejected", got, v.Seq, v.Counters.Rejected)
+	}
+	select {
+	case why := <-tl.lost:
+		t.Fatalf("stepped down: %s", why)
+	default:
+	}
+}

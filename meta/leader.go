@@ -40,6 +40,7 @@ type leaderSession struct {
 	queue       []*mutation        // submitted, not yet decided
 	scratch     *projections.State // with sem: the projection plus this term's appended events; nil: rebuild
 	lastWritten uint64             // with sem: seq of this term's last stored event
+	unsure      *pendingAppend     // with sem: a group whose append's outcome is unknown
 
 	dmu        sync.Mutex
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
