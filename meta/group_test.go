@@ -10,6 +10,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
 )
@@ -192,35 +193,63 @@ func TestGroupFencedMidwayFailsTheRest(t *testing.T) {
 
 // A group whose whole append is fenced by a new leader's term.started
 // (decided before it, appended after it) stores nothing and answers every
-// caller with an error.
+// caller with an error. The old leader is frozen between the group's
+// decisions and its append, so the write-side CAS is what refuses it (its
+// projection still shows term 1 when it decides).
 func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 	log := events.NewMemLog()
 	clk := clock.NewManual(t0)
 	ctx := ctxT(t)
-	old := newTestLeader(t, "meta-1", log, clk, 1)
+	fp := failpoint.New()
+	old := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) { c.Failpoints = fp })
 	if err := old.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
+	const decided = "test-group-decided" // hit after the group's last decision
+	fp.Freeze(decided)
 	old.sem <- struct{}{}
-	reps := make([]client.Reply, 3)
+	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	for i := range reps {
+	for i := range 2 {
 		wg.Go(func() {
-			reps[i] = old.register(ctx, client.RegisterRequest{Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.0.%d:1", i+1)})
+			if rep := old.register(ctx, client.RegisterRequest{Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.0.%d:1", i+1)}); rep.Error != nil {
+				errs[i] = errors.New(rep.Error.Message)
+			}
 		})
+		queued(t, old.leaderSession, i+1)
 	}
+	wg.Go(func() {
+		errs[2] = old.mutate(ctx, decided, func(v *projections.State) ([]events.Payload, error) {
+			return []events.Payload{events.WorkerRegistered{ID: v.NextWorkerID, Incarnation: "2", Endpoint: "10.0.0.3:1"}}, nil
+		})
+	})
 	queued(t, old.leaderSession, 3)
-	// The old leader's scratch state is at seq 1; a new term starts at 2.
+	<-old.sem
+	if err := fp.WaitPaused(ctx, decided); err != nil {
+		t.Fatal(err)
+	}
+	if v := old.r.proj.View(); v.Term != 1 || v.Seq != 1 {
+		t.Fatalf("old leader decided on term %d seq %d, want term 1 seq 1", v.Term, v.Seq)
+	}
 	nl := newTestLeader(t, "meta-2", log, clk, 2)
 	if err := nl.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-old.sem
+	fp.Resume(decided)
 	wg.Wait()
-	for i, rep := range reps {
-		if rep.Error == nil {
-			t.Errorf("caller %d answered %+v after its append was fenced", i, rep)
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("caller %d answered success after its group's append was fenced", i)
 		}
+	}
+	if n := old.r.Fenced(); n != 1 {
+		t.Errorf("old leader's fenced appends: %d, want 1 (the group's)", n)
+	}
+	select {
+	case why := <-old.lost:
+		t.Logf("old leader stepped down: %s", why)
+	case <-ctx.Done():
+		t.Fatal("the fenced leader did not step down")
 	}
 	v, err := nl.r.proj.CatchUp(ctx)
 	if err != nil {
