@@ -124,17 +124,28 @@ type decided struct {
 	seen uint64 // scratch seq after its events
 }
 
-// combine decides and appends one group. The caller holds sem. It works
-// under the term's context, not the caller's: whichever caller happens to
-// combine must not decide the outcome for the others (its own context may
-// end mid-append, an operator step's timeout say, while theirs live on).
-// Each mutation's own context is checked only before it is decided.
+// combine decides and appends the queued mutations as one group (or more:
+// see appendGroup). The caller holds sem.
 func (l *leaderSession) combine() {
-	ctx := l.ctx
-	group := l.take()
-	if len(group) == 0 {
-		return
+	for group := l.take(); len(group) > 0; {
+		group = l.appendGroup(group)
 	}
+}
+
+// errOwnEventRefused is a decision whose events the fold refuses.
+var errOwnEventRefused = errors.New("the projection refuses the leader's own event")
+
+// appendGroup decides and appends group. It works under the term's context,
+// not the caller's: whichever caller happens to combine must not decide the
+// outcome for the others (its own context may end mid-append, an operator
+// step's timeout say, while theirs live on). Each mutation's own context is
+// checked only before it is decided. A decision whose events the fold
+// refuses (Rejected or Corrupt on the scratch state) fails with
+// errOwnEventRefused and is not appended; the scratch state, which folded
+// them, is dropped, and the mutations after it are returned undecided, to
+// be decided next on a fresh state.
+func (l *leaderSession) appendGroup(group []*mutation) (rest []*mutation) {
+	ctx := l.ctx
 	err := l.resendUnsure(ctx)
 	var st *projections.State
 	if err == nil {
@@ -144,7 +155,7 @@ func (l *leaderSession) combine() {
 		for _, m := range group {
 			m.done <- mutationResult{err: err}
 		}
-		return
+		return nil
 	}
 	base := st.Seq
 	now := l.r.cfg.Clock.Now()
@@ -152,7 +163,7 @@ func (l *leaderSession) combine() {
 		evs []events.Event
 		ok  []decided
 	)
-	for _, m := range group {
+	for i, m := range group {
 		if err := m.ctx.Err(); err != nil {
 			m.done <- mutationResult{err: err}
 			continue
@@ -179,8 +190,19 @@ func (l *leaderSession) combine() {
 		}
 		// Later decisions of the group see these events: fold them into
 		// the scratch state exactly as the projection will fold them.
+		var refused *projections.Result
 		for _, b := range bodies {
-			st.DecodeApply(st.Seq+1, b)
+			if r := st.DecodeApply(st.Seq+1, b); r.Outcome == projections.Rejected || r.Outcome == projections.Corrupt {
+				refused = &r
+				break
+			}
+		}
+		if refused != nil {
+			l.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
+			m.done <- mutationResult{err: fmt.Errorf("%w: %s", errOwnEventRefused, refused)}
+			l.scratch = nil // it folded the refused events
+			rest = group[i+1:]
+			break
 		}
 		evs = append(evs, mine...)
 		ok = append(ok, decided{m: m, seen: st.Seq})
@@ -206,6 +228,7 @@ func (l *leaderSession) combine() {
 			d.m.done <- mutationResult{err: err}
 		}
 	}
+	return rest
 }
 
 // resendUnsure resends, with the same ids, the group whose append's outcome
@@ -249,15 +272,9 @@ func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, e
 		if term > l.term {
 			return
 		}
-		if sc := l.scratch; sc != nil {
-			switch {
-			case v.Seq > sc.Seq:
-				// Something this term did not append: decide on it.
-				l.scratch = nil
-			case v.Seq == sc.Seq && (v.NextWorkerID != sc.NextWorkerID || len(v.Workers) != len(sc.Workers) || v.Term != sc.Term):
-				l.logger.Error().Uint64("seq", v.Seq).Msg("scratch state differs from the projection at the same seq; rebuilding it")
-				l.scratch = nil
-			}
+		if sc := l.scratch; sc != nil && v.Seq > sc.Seq {
+			// Something this term did not append: decide on it.
+			l.scratch = nil
 		}
 		if l.scratch == nil {
 			l.scratch = v.Clone()

@@ -419,3 +419,51 @@ func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
 	default:
 	}
 }
+
+// A decision whose event the fold refuses (the leader's own bug) is that
+// caller's error and is not appended: the caller is not told success for
+// an event the projection would reject. The decisions after it in the
+// group are decided on a fresh state and stored.
+func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
+	log := &recLog{MemLog: events.NewMemLog()}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	ctx := ctxT(t)
+	if err := tl.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tl.sem <- struct{}{}
+	var (
+		wg     sync.WaitGroup
+		a, b   client.Reply
+		badErr error
+	)
+	wg.Go(func() { a = tl.register(ctx, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"}) })
+	queued(t, tl.leaderSession, 1)
+	wg.Go(func() {
+		badErr = tl.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
+			// Term 1 started already: the fold rejects it.
+			return []events.Payload{events.TermStarted{Term: 1, Leader: "meta-1"}}, nil
+		})
+	})
+	queued(t, tl.leaderSession, 2)
+	wg.Go(func() { b = tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}) })
+	queued(t, tl.leaderSession, 3)
+	<-tl.sem
+	wg.Wait()
+	if !errors.Is(badErr, errOwnEventRefused) {
+		t.Errorf("refused decision: %v, want errOwnEventRefused", badErr)
+	}
+	if a.Error != nil || a.ID != 1 || a.Epoch != 2 || b.Error != nil || b.ID != 2 || b.Epoch != 3 {
+		t.Errorf("registrations around it: %+v, %+v; want id 1 epoch 2, id 2 epoch 3", a, b)
+	}
+	v := tl.r.proj.View()
+	if got := workerList(v); got != "[1,2]" || v.Seq != 3 || v.Counters.Rejected != 0 {
+		t.Fatalf("workers %s seq %d rejected %d, want [1,2] at seq 3, nothing rejected", got, v.Seq, v.Counters.Rejected)
+	}
+	if got := fmt.Sprint(log.appendSizes()); got != "[1 1 1]" {
+		t.Errorf("append sizes %s, want [1 1 1]: term.started, a, then b on a fresh state", got)
+	}
+	if tl.scratch.Seq != v.Seq || tl.scratch.Hash() != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.scratch.Seq, v.Seq)
+	}
+}
