@@ -63,7 +63,7 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 	for {
 		select {
 		case res := <-m.done:
-			return l.finish(ctx, res)
+			return l.finish(res)
 		case l.sem <- struct{}{}:
 			l.combine()
 			<-l.sem
@@ -73,16 +73,20 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 			}
 			// Taken into a group already: its append is bounded by
 			// AppendTimeout per attempt; report its real outcome.
-			return l.finish(ctx, <-m.done)
+			return l.finish(<-m.done)
 		}
 	}
 }
 
-func (l *leaderSession) finish(ctx context.Context, res mutationResult) (uint64, error) {
+// finish returns a mutation's outcome once the projection holds it. It
+// waits under the term's context: a caller whose own context ended after
+// its mutation was taken into a group still gets its real outcome, not its
+// context's error for an event that is stored.
+func (l *leaderSession) finish(res mutationResult) (uint64, error) {
 	if res.err != nil {
 		return 0, res.err
 	}
-	return res.seen, l.r.proj.AwaitSeq(ctx, res.seen)
+	return res.seen, l.r.proj.AwaitSeq(l.ctx, res.seen)
 }
 
 // withdraw removes m from the queue if it is still there.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -466,4 +467,72 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if tl.scratch.Seq != v.Seq || tl.scratch.Hash() != v.Hash() {
 		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.scratch.Seq, v.Seq)
 	}
+}
+
+// gatedLog holds back every record from seq from on from readers (the
+// projection) until gate is closed.
+type gatedLog struct {
+	*hookLog
+	from uint64
+	gate chan struct{}
+}
+
+func (g *gatedLog) Watch(ctx context.Context, from uint64, fn func(events.Record) error) error {
+	return g.hookLog.Watch(ctx, from, func(r events.Record) error {
+		if r.Seq >= g.from {
+			select {
+			case <-g.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return fn(r)
+	})
+}
+
+// A caller whose context ends after its mutation was taken into a group
+// gets its real outcome: its event is stored, so it is answered success,
+// once the projection holds it, not with its context's error. (synctest:
+// Wait returns once the caller is answered or blocked, the projection
+// being held back at the gate.)
+func TestGroupTakenCallerGetsRealOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		xctx, xcancel := context.WithCancel(context.Background())
+		defer xcancel()
+		log := &gatedLog{hookLog: &hookLog{MemLog: events.NewMemLog()}, from: 2, gate: make(chan struct{})}
+		log.hook = func(call int, _ uint64, _ []events.Event) error {
+			if call == 2 {
+				xcancel() // during its group's append
+			}
+			return nil
+		}
+		tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+		if err := tl.startTerm(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			seen uint64
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			seen, err := tl.mutateSeen(xctx, "", func(v *projections.State) ([]events.Payload, error) {
+				return []events.Payload{events.WorkerRegistered{ID: v.NextWorkerID, Incarnation: "x", Endpoint: "10.0.0.1:1"}}, nil
+			})
+			done <- result{seen, err}
+		}()
+		synctest.Wait()
+		select {
+		case r := <-done:
+			t.Fatalf("answered (seen %d, err %v) before the projection held its event", r.seen, r.err)
+		default:
+		}
+		close(log.gate)
+		if r := <-done; r.err != nil || r.seen != 2 {
+			t.Fatalf("mutate whose context ended during its append: seen %d, err %v; want stored at seq 2", r.seen, r.err)
+		}
+		if got := tl.r.proj.Seq(); got < 2 {
+			t.Fatalf("answered before the projection held its event (projected seq %d)", got)
+		}
+	})
 }
