@@ -63,9 +63,9 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 	for {
 		select {
 		case res := <-m.done:
-			return l.finish(ctx, res)
+			return l.finish(res)
 		case l.sem <- struct{}{}:
-			l.combine(ctx)
+			l.combine()
 			<-l.sem
 		case <-ctx.Done():
 			if l.withdraw(m) {
@@ -73,16 +73,20 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 			}
 			// Taken into a group already: its append is bounded by
 			// AppendTimeout per attempt; report its real outcome.
-			return l.finish(ctx, <-m.done)
+			return l.finish(<-m.done)
 		}
 	}
 }
 
-func (l *leaderSession) finish(ctx context.Context, res mutationResult) (uint64, error) {
+// finish returns a mutation's outcome once the projection holds it. It
+// waits under the term's context: a caller whose own context ended after
+// its mutation was taken into a group still gets its real outcome, not its
+// context's error for an event that is stored.
+func (l *leaderSession) finish(res mutationResult) (uint64, error) {
 	if res.err != nil {
 		return 0, res.err
 	}
-	return res.seen, l.r.proj.AwaitSeq(ctx, res.seen)
+	return res.seen, l.r.proj.AwaitSeq(l.ctx, res.seen)
 }
 
 // withdraw removes m from the queue if it is still there.
@@ -108,24 +112,54 @@ func (l *leaderSession) take() []*mutation {
 	return group
 }
 
+// pendingAppend is a group's append: its events, at expected+1...
+type pendingAppend struct {
+	expected uint64
+	evs      []events.Event
+}
+
+// errNotSent marks an append that was never handed to the log: its outcome
+// is known, nothing of it is stored.
+var errNotSent = errors.New("not sent")
+
 // decided is a mutation of a group that produced its decision.
 type decided struct {
 	m    *mutation
 	seen uint64 // scratch seq after its events
 }
 
-// combine decides and appends one group. The caller holds sem.
-func (l *leaderSession) combine(ctx context.Context) {
-	group := l.take()
-	if len(group) == 0 {
-		return
+// combine decides and appends the queued mutations as one group (or more:
+// see appendGroup). The caller holds sem.
+func (l *leaderSession) combine() {
+	for group := l.take(); len(group) > 0; {
+		group = l.appendGroup(group)
 	}
-	st, err := l.scratchState(ctx)
+}
+
+// errOwnEventRefused is a decision whose events the fold refuses.
+var errOwnEventRefused = errors.New("the projection refuses the leader's own event")
+
+// appendGroup decides and appends group. It works under the term's context,
+// not the caller's: whichever caller happens to combine must not decide the
+// outcome for the others (its own context may end mid-append, an operator
+// step's timeout say, while theirs live on). Each mutation's own context is
+// checked only before it is decided. A decision whose events the fold
+// refuses (Rejected or Corrupt on the scratch state) fails with
+// errOwnEventRefused and is not appended; the scratch state, which folded
+// them, is dropped, and the mutations after it are returned undecided, to
+// be decided next on a fresh state.
+func (l *leaderSession) appendGroup(group []*mutation) (rest []*mutation) {
+	ctx := l.ctx
+	err := l.resendUnsure(ctx)
+	var st *projections.State
+	if err == nil {
+		st, err = l.scratchState(ctx)
+	}
 	if err != nil {
 		for _, m := range group {
 			m.done <- mutationResult{err: err}
 		}
-		return
+		return nil
 	}
 	base := st.Seq
 	now := l.r.cfg.Clock.Now()
@@ -133,7 +167,7 @@ func (l *leaderSession) combine(ctx context.Context) {
 		evs []events.Event
 		ok  []decided
 	)
-	for _, m := range group {
+	for i, m := range group {
 		if err := m.ctx.Err(); err != nil {
 			m.done <- mutationResult{err: err}
 			continue
@@ -160,8 +194,19 @@ func (l *leaderSession) combine(ctx context.Context) {
 		}
 		// Later decisions of the group see these events: fold them into
 		// the scratch state exactly as the projection will fold them.
+		var refused *projections.Result
 		for _, b := range bodies {
-			st.DecodeApply(st.Seq+1, b)
+			if r := st.DecodeApply(st.Seq+1, b); r.Outcome == projections.Rejected || r.Outcome == projections.Corrupt {
+				refused = &r
+				break
+			}
+		}
+		if refused != nil {
+			l.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
+			m.done <- mutationResult{err: fmt.Errorf("%w: %s", errOwnEventRefused, refused)}
+			l.scratch = nil // it folded the refused events
+			rest = group[i+1:]
+			break
 		}
 		evs = append(evs, mine...)
 		ok = append(ok, decided{m: m, seen: st.Seq})
@@ -171,8 +216,11 @@ func (l *leaderSession) combine(ctx context.Context) {
 		stored, err = l.append(ctx, base, evs)
 		if err != nil {
 			l.scratch = nil // holds events that may not be stored
-			if errors.Is(err, events.ErrFenced) {
+			switch {
+			case errors.Is(err, events.ErrFenced):
 				l.onFenced(ctx, err)
+			case !errors.Is(err, errNotSent):
+				l.unsure = &pendingAppend{expected: base, evs: evs}
 			}
 		}
 		l.lastWritten = max(l.lastWritten, stored)
@@ -184,6 +232,31 @@ func (l *leaderSession) combine(ctx context.Context) {
 			d.m.done <- mutationResult{err: err}
 		}
 	}
+	return rest
+}
+
+// resendUnsure resends, with the same ids, the group whose append's outcome
+// is unknown, so that nothing new is decided until it is known. Deciding
+// again on the projection would reuse the ids (<term>-<seq>) the group may
+// be stored under, for other events: the log fences those, spuriously, and
+// a late attempt of the group could still land after them.
+func (l *leaderSession) resendUnsure(ctx context.Context) error {
+	u := l.unsure
+	if u == nil {
+		return nil
+	}
+	stored, err := l.append(ctx, u.expected, u.evs)
+	l.lastWritten = max(l.lastWritten, stored)
+	switch {
+	case err == nil:
+		l.unsure = nil
+		l.logger.Info().Uint64("expected_seq", u.expected).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
+		return nil
+	case errors.Is(err, events.ErrFenced):
+		l.unsure = nil
+		l.onFenced(ctx, err)
+	}
+	return fmt.Errorf("resending a group whose outcome is unknown: %w", err)
 }
 
 // scratchState returns the state the next group is decided on: the kept
@@ -203,15 +276,9 @@ func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, e
 		if term > l.term {
 			return
 		}
-		if sc := l.scratch; sc != nil {
-			switch {
-			case v.Seq > sc.Seq:
-				// Something this term did not append: decide on it.
-				l.scratch = nil
-			case v.Seq == sc.Seq && (v.NextWorkerID != sc.NextWorkerID || len(v.Workers) != len(sc.Workers) || v.Term != sc.Term):
-				l.logger.Error().Uint64("seq", v.Seq).Msg("scratch state differs from the projection at the same seq; rebuilding it")
-				l.scratch = nil
-			}
+		if sc := l.scratch; sc != nil && v.Seq > sc.Seq {
+			// Something this term did not append: decide on it.
+			l.scratch = nil
 		}
 		if l.scratch == nil {
 			l.scratch = v.Clone()
@@ -226,13 +293,17 @@ func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, e
 
 // append retries an append whose outcome is unknown with the same message
 // ids, so it is stored once. It returns the seq of the last event known to
-// be stored: the last one on success, at least expected on failure.
+// be stored: the last one on success, at least expected on failure. An
+// error wrapping errNotSent means nothing was sent.
 func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
 	var err error
 	stored := expected
 	for attempt := 0; attempt < 3; attempt++ {
-		if err := l.connected(); err != nil {
-			return stored, fmt.Errorf("append at seq %d not sent: %w", expected+1, err)
+		if cerr := l.connected(); cerr != nil {
+			if attempt == 0 {
+				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
+			}
+			return stored, fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %w)", expected+1, err, cerr)
 		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
 		var last uint64

@@ -29,6 +29,7 @@ var ErrDisconnected = errors.New("NATS connection down")
 // with ctx; Replica.lead joins every goroutine before it returns.
 type leaderSession struct {
 	r      *Replica
+	ctx    context.Context // the term's: done when the term ends
 	term   uint64
 	lose   func(reason string)
 	logger zerolog.Logger
@@ -39,6 +40,7 @@ type leaderSession struct {
 	queue       []*mutation        // submitted, not yet decided
 	scratch     *projections.State // with sem: the projection plus this term's appended events; nil: rebuild
 	lastWritten uint64             // with sem: seq of this term's last stored event
+	unsure      *pendingAppend     // with sem: a group whose append's outcome is unknown
 
 	dmu        sync.Mutex
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
@@ -51,9 +53,10 @@ type leaderSession struct {
 	sched *schedState
 }
 
-func (r *Replica) newLeaderSession(term uint64, lose func(string)) *leaderSession {
+// newLeaderSession starts term; ctx is the term's context (lose must end it).
+func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
-		r: r, term: term, lose: lose,
+		r: r, ctx: ctx, term: term, lose: lose,
 		logger:    r.log.With().Uint64("term", term).Logger(),
 		sem:       make(chan struct{}, 1),
 		deadlines: map[uint64]deadline{},

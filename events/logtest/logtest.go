@@ -57,6 +57,7 @@ func Run(t *testing.T, newLog func(t *testing.T) events.Log) {
 		{"RetrySameAppend", testRetrySameAppend},
 		{"RetryMultiAfterPrefix", testRetryMultiAfterPrefix},
 		{"RetryAfterOtherWrites", testRetryAfterOtherWrites},
+		{"SameIDOtherEventFenced", testSameIDOtherEventFenced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newLog(t))
@@ -596,4 +597,22 @@ func testRetryAfterOtherWrites(t *testing.T, l events.Log) {
 	wantFenced(t, err, "retry whose second event's seq another writer took")
 	wantTail(t, l, 2)
 	checkRecords(t, readAll(t, l, 1), 1, []events.Event{mine[0], other})
+}
+
+// The message id alone does not make an append a retry: a writer that
+// decides again on a stale view sends another event under the id (same term,
+// same seq) an earlier append was stored with. That event did not land, so
+// it is fenced, alone or after a recognised prefix of the earlier append.
+func testSameIDOtherEventFenced(t *testing.T, l events.Log) {
+	first := evs(8, 1, 2)
+	mustAppend(t, l, 0, first...)
+	_, err := l.Append(ctxT(t), 0, ev(8, 30))
+	wantFenced(t, err, "another event under the id of seq 1")
+	got, err := l.Append(ctxT(t), 0, first[0], ev(8, 31))
+	wantFenced(t, err, "the stored first event, then another event under the id of seq 2")
+	if got != 1 {
+		t.Fatalf("append of the stored event then another one = %d, want 1 (the stored prefix)", got)
+	}
+	wantTail(t, l, 2)
+	checkRecords(t, readAll(t, l, 1), 1, first)
 }
