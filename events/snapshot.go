@@ -142,9 +142,13 @@ func PruneSnapshots(ctx context.Context, store SnapshotStore, keep int) (int, er
 }
 
 // MemSnapshots is an in-memory SnapshotStore over a MemLog, for unit tests.
-// Its stream ID is "mem"; the MemLog holds every seq from 1.
+// Its stream ID is "mem"; its bounds are the MemLog's (see MemLog.Compact).
 type MemSnapshots struct {
 	Log *MemLog
+	// AfterBounds, when set, runs after each Bounds call has read the
+	// log's bounds: tests change the log there, between a reader's check
+	// of a snapshot and its read after it.
+	AfterBounds func()
 
 	mu    sync.Mutex
 	snaps map[string]memSnap
@@ -210,7 +214,11 @@ func (m *MemSnapshots) Delete(ctx context.Context, name string) error {
 // Bounds implements SnapshotStore.
 func (m *MemSnapshots) Bounds(ctx context.Context) (StreamBounds, error) {
 	tail, err := m.Log.Tail(ctx)
-	return StreamBounds{ID: "mem", FirstSeq: 1, LastSeq: tail}, err
+	b := StreamBounds{ID: "mem", FirstSeq: m.Log.FirstSeq(), LastSeq: tail}
+	if m.AfterBounds != nil {
+		m.AfterBounds()
+	}
+	return b, err
 }
 
 // SortSnapshots orders snapshots by seq, then name.

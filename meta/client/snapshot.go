@@ -121,6 +121,10 @@ func LoadFrom(ctx context.Context, log events.Log, store events.SnapshotStore, l
 		o.Folded++
 		return nil
 	}); err != nil {
+		if o.Snapshot != nil && o.Folded == 0 && errors.Is(err, events.ErrCompacted) {
+			lg.Warn().Err(err).Str("snapshot", o.Snapshot.Name).Msg("the events after the snapshot are gone; folding from seq 1")
+			return LoadFrom(ctx, log, nil, lg)
+		}
 		return nil, o, errors.Join(ErrNotProjected, err)
 	}
 	return st, o, nil
