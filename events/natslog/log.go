@@ -277,19 +277,15 @@ func (l *Log) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, l.cfg.RequestTimeout)
 }
 
-// infoAttempt bounds one stream info request. A clustered stream that is
-// electing a leader (its leader's server went away) does not answer an info
-// request at all, however long one waits; a new request is answered as soon
-// as the election is over. So state asks again every infoAttempt until
+// requestAttempt bounds one stream info or consumer create request. A
+// clustered stream that is electing a leader (its leader's server went
+// away) does not answer an info request at all, however long one waits; a
+// new request is answered as soon as the election is over. The same goes
+// for creating a reader's consumer while the JetStream meta leader is
+// elected. So state and session ask again every requestAttempt until
 // reqCtx's deadline rather than waiting for it on a request nobody answers.
-// createAttempt does the same for a reader's consumer, which the JetStream
-// meta leader creates: a request made while it is being elected is never
-// answered either. Consumer creation takes longer (a meta proposal), and a
-// retry asks for the same consumer (by name), so it makes no second one.
-const (
-	infoAttempt   = time.Second
-	createAttempt = 2 * time.Second
-)
+// A create asked again names the same consumer, so it makes no second one.
+const requestAttempt = time.Second
 
 // askAgain makes the request req, each attempt bounded by attempt, asking
 // again while it is not answered, until reqCtx's deadline; it returns req's
@@ -325,7 +321,7 @@ func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
 // info reads the stream's info, asking again while it is not answered.
 func (l *Log) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	var info *jetstream.StreamInfo
-	err := l.askAgain(ctx, infoAttempt, func(ctx context.Context) (err error) {
+	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
 		info, err = l.stream.Info(ctx)
 		return err
 	})
@@ -389,10 +385,12 @@ func (l *Log) compacted(from uint64, why string) error {
 }
 
 // restartError asks consume for a new consumer after the last seq
-// delivered; created says whether the failed session got its consumer.
+// delivered; created says whether the failed session got its consumer, and
+// lost whether that consumer is likely gone with its server or connection.
 type restartError struct {
 	err     error
 	created bool
+	lost    bool
 }
 
 func (e *restartError) Error() string { return "natslog: reader restart: " + e.err.Error() }
@@ -447,7 +445,7 @@ func (l *Log) consume(ctx context.Context, from, next, until uint64, fn func(eve
 // fn runs on the consumer's delivery goroutine (jetstream Consume: no
 // timer, context or select per message, unlike an iterator's Next), one
 // record at a time, in order, and never after session returned.
-func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint64, fn func(events.Record) error) error {
+func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint64, fn func(events.Record) error) (err error) {
 	// A reconnect is watched from before the consumer exists: the consumer
 	// may have been on the server the connection lost (see below).
 	reconnected := l.nc.StatusChanged(nats.CONNECTED)
@@ -464,7 +462,7 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 		Replicas:          1,
 	}
 	var cons jetstream.Consumer
-	err := l.askAgain(ctx, createAttempt, func(ctx context.Context) (err error) {
+	err = l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
 		cons, err = l.stream.CreateConsumer(ctx, cfg)
 		return err
 	})
@@ -474,7 +472,16 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 		}
 		return &restartError{err: fmt.Errorf("create consumer: %w", err)}
 	}
-	defer l.deleteConsumer(ctx, cons.CachedInfo().Name)
+	defer func() {
+		var rerr *restartError
+		if errors.As(err, &rerr) && rerr.lost {
+			// Its server is likely gone: a delete would wait deleteTimeout
+			// for an answer before the next consumer is made. If it lives,
+			// the server drops it after consumerInactive.
+			return
+		}
+		l.deleteConsumer(ctx, cons.CachedInfo().Name)
+	}()
 	// The server starts a consumer at the stream's first seq when the one
 	// asked for is gone: its info says where (delivered = start - 1).
 	if start := cons.CachedInfo().Delivered.Stream + 1; exact && start != *next {
@@ -489,10 +496,10 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			// A missing heartbeat, a lost consumer, a reconnect: start over
 			// on a new consumer after the last record delivered.
-			d.finish(&restartError{fmt.Errorf("consume: %w", err), true})
+			d.finish(&restartError{fmt.Errorf("consume: %w", err), true, true})
 		}))
 	if err != nil {
-		return &restartError{fmt.Errorf("consume: %w", err), true}
+		return &restartError{fmt.Errorf("consume: %w", err), true, false}
 	}
 	defer func() {
 		d.stop() // waits for a record in fn; none is handed on after
@@ -527,7 +534,7 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 			// client's own pull on the new connection would only be
 			// noticed unanswered after two missed heartbeats. Start over
 			// now (a consumer that survived costs one creation).
-			return &restartError{errors.New("connection reconnected"), true}
+			return &restartError{errors.New("connection reconnected"), true, true}
 		case <-idle:
 			// Quiet for a while: are the records left below until gone
 			// (purged after Read took the tail)?
@@ -572,11 +579,11 @@ func (d *delivery) handle(msg jetstream.Msg) {
 	dseq, seq, err := sequences(msg)
 	switch {
 	case err != nil:
-		d.finishLocked(&restartError{fmt.Errorf("metadata: %w", err), true})
+		d.finishLocked(&restartError{fmt.Errorf("metadata: %w", err), true, false})
 		return
 	case dseq != d.dseq+1 || seq < *d.next:
 		d.finishLocked(&restartError{fmt.Errorf("out of order: consumer seq %d after %d, stream seq %d, want >= %d",
-			dseq, d.dseq, seq, *d.next), true})
+			dseq, d.dseq, seq, *d.next), true, false})
 		return
 	case dseq == 1 && d.exact && seq != *d.next:
 		// The consumer started at *next, which the stream no longer holds.
@@ -675,7 +682,7 @@ func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return true, nil
 	case err != nil:
-		return false, &restartError{fmt.Errorf("look up seq %d: %w", next, err), true}
+		return false, &restartError{fmt.Errorf("look up seq %d: %w", next, err), true, false}
 	}
 	return m.Sequence > until, nil
 }
