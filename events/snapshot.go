@@ -142,16 +142,18 @@ func PruneSnapshots(ctx context.Context, store SnapshotStore, keep int) (int, er
 }
 
 // MemSnapshots is an in-memory SnapshotStore over a MemLog, for unit tests.
-// Its stream ID is "mem"; its bounds are the MemLog's (see MemLog.Compact).
+// Its stream ID is "mem"; the MemLog holds every seq from 1.
 type MemSnapshots struct {
 	Log *MemLog
-	// AfterBounds, when set, runs after each Bounds call has read the
-	// log's bounds: tests change the log there, between a reader's check
-	// of a snapshot and its read after it.
-	AfterBounds func()
 
 	mu    sync.Mutex
 	snaps map[string]memSnap
+
+	// AfterBounds, when set, runs after each Bounds call has read the
+	// log's bounds: tests change the log there (compact it: then its
+	// first seq is above 1), between a reader's check of a snapshot and
+	// its read after it.
+	AfterBounds func()
 }
 
 type memSnap struct {
@@ -211,7 +213,8 @@ func (m *MemSnapshots) Delete(ctx context.Context, name string) error {
 	return ctx.Err()
 }
 
-// Bounds implements SnapshotStore.
+// Bounds implements SnapshotStore: the MemLog's first seq (above 1 once
+// compacted, see MemLog.Compact) and tail.
 func (m *MemSnapshots) Bounds(ctx context.Context) (StreamBounds, error) {
 	tail, err := m.Log.Tail(ctx)
 	b := StreamBounds{ID: "mem", FirstSeq: m.Log.FirstSeq(), LastSeq: tail}
