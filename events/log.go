@@ -14,6 +14,14 @@ var ErrFenced = errors.New("fenced: log moved past the expected last seq")
 // ErrClosed is returned by a log that was closed.
 var ErrClosed = errors.New("log closed")
 
+// ErrCompacted means a Read or Watch from a seq above 1 cannot start there:
+// the log no longer holds that seq (it was compacted away, as a purge of
+// the stream does), so continuing a state folded up to the seq before it
+// would silently skip events. A reader that started from a snapshot falls
+// back to a full fold. A read from seq 0 or 1 starts at the first record
+// the log holds and never fails with it.
+var ErrCompacted = errors.New("compacted: the log no longer holds the seq to read from")
+
 // Record is one stored event body at its stream sequence.
 type Record struct {
 	Seq  uint64
@@ -40,11 +48,12 @@ type Log interface {
 	Tail(ctx context.Context) (uint64, error)
 	// Read calls fn for every record from seq from up to the tail as it was
 	// when Read was called, in order, then returns nil. It stops early with
-	// fn's error.
+	// fn's error. When from (> 1, at most the tail) is no longer held, it
+	// returns an error wrapping ErrCompacted before calling fn.
 	Read(ctx context.Context, from uint64, fn func(Record) error) error
 	// Watch calls fn for every record from seq from on, in order, waiting
 	// for new ones, until ctx is done (it returns ctx.Err()) or fn fails (it
-	// returns that error).
+	// returns that error). It fails with ErrCompacted as Read does.
 	Watch(ctx context.Context, from uint64, fn func(Record) error) error
 }
 

@@ -12,7 +12,8 @@ import (
 // The zero value is an empty, usable log.
 type MemLog struct {
 	mu      sync.Mutex
-	recs    []memRec
+	recs    []memRec      // seqs dropped+1 ... dropped+len(recs)
+	dropped uint64        // seqs compacted away (Compact)
 	changed chan struct{} // closed and replaced on every append
 	closed  bool
 }
@@ -61,13 +62,13 @@ func (l *MemLog) Append(ctx context.Context, expectedLast uint64, evs ...Event) 
 	for i, ev := range evs {
 		seq := expectedLast + 1 + uint64(i)
 		id := MsgID(ev.Term, seq)
-		tail := uint64(len(l.recs))
+		tail := l.tailLocked()
 		if tail != seq-1 {
 			// A retry of an append that already landed is stored once. The
 			// id alone does not prove it: another event under the same id
 			// (decided again on a stale view) did not land (as natslog's
 			// checkStored).
-			if seq <= tail && l.recs[seq-1].msgID == id && bytes.Equal(l.recs[seq-1].data, bodies[i]) {
+			if seq <= tail && seq > l.dropped && l.recs[seq-1-l.dropped].msgID == id && bytes.Equal(l.recs[seq-1-l.dropped].data, bodies[i]) {
 				last = seq
 				continue
 			}
@@ -90,7 +91,35 @@ func (l *MemLog) AppendRaw(body []byte) uint64 {
 	defer l.mu.Unlock()
 	l.recs = append(l.recs, memRec{data: append([]byte(nil), body...)})
 	l.signalLocked()
-	return uint64(len(l.recs))
+	return l.tailLocked()
+}
+
+func (l *MemLog) tailLocked() uint64 { return l.dropped + uint64(len(l.recs)) }
+
+// Compact drops every record below seq before, as a purge of a stream up to
+// a seq does: the tail stays, and reading from a dropped seq above 1 fails
+// with ErrCompacted. Tests use it to compact a log under a reader.
+func (l *MemLog) Compact(before uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if before <= l.dropped+1 {
+		return
+	}
+	n := min(before-1-l.dropped, uint64(len(l.recs))) // records to drop
+	if n == 0 {
+		return
+	}
+	l.recs = append([]memRec(nil), l.recs[n:]...)
+	l.dropped += n
+	l.signalLocked()
+}
+
+// FirstSeq is the seq of the first record the log holds (the tail + 1 when
+// it holds none).
+func (l *MemLog) FirstSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped + 1
 }
 
 // Tail implements Log.
@@ -100,7 +129,7 @@ func (l *MemLog) Tail(ctx context.Context) (uint64, error) {
 	if l.closed {
 		return 0, ErrClosed
 	}
-	return uint64(len(l.recs)), nil
+	return l.tailLocked(), nil
 }
 
 // Close makes every later call fail with ErrClosed and ends Watch calls.
@@ -111,19 +140,23 @@ func (l *MemLog) Close() {
 	l.signalLocked()
 }
 
-// snapshot returns records [from, tail] and a channel closed on the next change.
+// snapshot returns records [from, tail] and a channel closed on the next
+// change. From seq 1 means from the first record held; from a seq above 1
+// that is compacted away (and at most the tail) is ErrCompacted.
 func (l *MemLog) snapshot(from uint64) ([]Record, <-chan struct{}, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil, nil, ErrClosed
 	}
-	if from == 0 {
-		from = 1
+	from = max(from, 1)
+	first := l.dropped + 1
+	if from > 1 && from < first && from <= l.tailLocked() {
+		return nil, nil, fmt.Errorf("memlog: read from seq %d: %w (its first record is seq %d)", from, ErrCompacted, first)
 	}
 	var out []Record
-	for s := from; s <= uint64(len(l.recs)); s++ {
-		out = append(out, Record{Seq: s, Data: l.recs[s-1].data})
+	for s := max(from, first); s <= l.tailLocked(); s++ {
+		out = append(out, Record{Seq: s, Data: l.recs[s-first].data})
 	}
 	return out, l.waitChan(), nil
 }

@@ -24,3 +24,11 @@ func TestMemLogConformance(t *testing.T) {
 func TestMemLogZeroValueConformance(t *testing.T) {
 	logtest.Run(t, func(t *testing.T) events.Log { return new(events.MemLog) })
 }
+
+func TestMemLogCompactionConformance(t *testing.T) {
+	logtest.RunCompaction(t, func(t *testing.T) (events.Log, logtest.Compact) {
+		l := events.NewMemLog()
+		t.Cleanup(l.Close)
+		return l, func(before uint64) error { l.Compact(before); return nil }
+	})
+}

@@ -171,6 +171,12 @@ type MemSnapshots struct {
 
 	mu    sync.Mutex
 	snaps map[string]memSnap
+
+	// AfterBounds, when set, runs after each Bounds call has read the
+	// log's bounds: tests change the log there (compact it: then its
+	// first seq is above 1), between a reader's check of a snapshot and
+	// its read after it.
+	AfterBounds func()
 }
 
 type memSnap struct {
@@ -241,10 +247,15 @@ func (m *MemSnapshots) Delete(ctx context.Context, name string) error {
 	return ctx.Err()
 }
 
-// Bounds implements SnapshotStore.
+// Bounds implements SnapshotStore: the MemLog's first seq (above 1 once
+// compacted, see MemLog.Compact) and tail.
 func (m *MemSnapshots) Bounds(ctx context.Context) (StreamBounds, error) {
 	tail, err := m.Log.Tail(ctx)
-	return StreamBounds{ID: "mem", FirstSeq: 1, LastSeq: tail}, err
+	b := StreamBounds{ID: "mem", FirstSeq: m.Log.FirstSeq(), LastSeq: tail}
+	if m.AfterBounds != nil {
+		m.AfterBounds()
+	}
+	return b, err
 }
 
 // SortSnapshots orders snapshots by seq, then name.

@@ -237,6 +237,13 @@ func Run(ctx context.Context, src Source, o Options, out io.Writer) error {
 		}
 	} else if from > 1 {
 		err = sk.ReadFrom(ctx, from, r.item)
+		if errors.Is(err, events.ErrCompacted) && r.f.Count() == 0 {
+			// The events after the snapshot went between checking it and
+			// reading: nothing was folded onto it yet; fold from seq 1.
+			fmt.Fprintf(o.Diag, "replay: warning: %v; folding from seq 1\n", err)
+			r.f, r.snap = NewFolder(), nil
+			err = src.Read(ctx, r.item)
+		}
 	} else {
 		err = src.Read(ctx, r.item)
 	}

@@ -114,15 +114,20 @@ func TestCluster3AppendAcrossStreamLeaderChange(t *testing.T) {
 	c.stop(c.index(leader))
 	before := appended()
 	// A request that reaches the stream while it elects its next leader is
-	// never answered; the log asks again rather than waiting out the
-	// caller's deadline.
-	tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
+	// never answered, however long one waits: a Tail that sent one request
+	// and waited for it would fail with its context's deadline. The log
+	// asks again until the new leader answers, so Tail returns the tail —
+	// at least every acked append — before that deadline. (The deadline is
+	// the test's patience, not a performance target: how long the election
+	// took is logged.)
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 	t0 := time.Now()
-	_, err := l.Tail(tctx)
+	tailSeq, err := l.Tail(tctx)
 	tcancel()
-	if d := time.Since(t0); err != nil || d > 5*time.Second {
-		t.Fatalf("Tail right after the stream leader went: %v after %s", err, d.Round(time.Millisecond))
+	if err != nil || tailSeq < before {
+		t.Fatalf("Tail right after the stream leader went = %d, %v; want at least the last acked seq %d", tailSeq, err, before)
 	}
+	t.Logf("Tail right after the stream leader went: %d after %s", tailSeq, time.Since(t0).Round(time.Millisecond))
 	eventually(t, 20*time.Second, "appends to flow under a new stream leader", func() bool {
 		l := streamLeader(ctx, nc, "TERMLOG_TERMLOG")
 		return l != "" && l != leader && appended() >= before+20

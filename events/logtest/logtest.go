@@ -616,3 +616,112 @@ func testSameIDOtherEventFenced(t *testing.T, l events.Log) {
 	wantTail(t, l, 2)
 	checkRecords(t, readAll(t, l, 1), 1, first)
 }
+
+// Compact drops every record of a log below seq before, as a purge of a
+// stream up to a seq does.
+type Compact func(before uint64) error
+
+// RunCompaction runs the suite's compaction cases against the logs made by
+// newLog (as for Run), each with the function that compacts it: a read from
+// a seq the log no longer holds fails with events.ErrCompacted rather than
+// starting later, and a read from seq 1 starts at the first record held.
+func RunCompaction(t *testing.T, newLog func(t *testing.T) (events.Log, Compact)) {
+	t.Helper()
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, events.Log, Compact)
+	}{
+		{"ReadFromCompacted", testReadFromCompacted},
+		{"WatchFromCompacted", testWatchFromCompacted},
+		{"CompactedEverything", testCompactedEverything},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, compact := newLog(t)
+			tc.fn(t, l, compact)
+		})
+	}
+}
+
+func mustCompact(t *testing.T, compact Compact, before uint64) {
+	t.Helper()
+	if err := compact(before); err != nil {
+		t.Fatalf("compact below seq %d: %v", before, err)
+	}
+}
+
+// wantCompacted checks that a Read from seq from fails with ErrCompacted
+// before calling fn.
+func wantCompacted(t *testing.T, l events.Log, from uint64) {
+	t.Helper()
+	var got []events.Record
+	err := l.Read(ctxT(t), from, func(r events.Record) error {
+		got = append(got, r)
+		return nil
+	})
+	if !errors.Is(err, events.ErrCompacted) || len(got) != 0 {
+		t.Fatalf("Read(from %d) of a compacted seq: %v after %s; want ErrCompacted and no record", from, err, seqs(got))
+	}
+}
+
+// wantWatchCompacted checks that a Watch from seq from fails with
+// ErrCompacted without delivering a record.
+func wantWatchCompacted(t *testing.T, l events.Log, from uint64) {
+	t.Helper()
+	w := startWatch(t, l, from, 0, nil)
+	if err := w.result(); !errors.Is(err, events.ErrCompacted) {
+		t.Fatalf("Watch(from %d) of a compacted seq returned %v, want ErrCompacted", from, err)
+	}
+}
+
+func testReadFromCompacted(t *testing.T, l events.Log, compact Compact) {
+	all := evs(1, 1, 6)
+	mustAppend(t, l, 0, all...)
+	mustCompact(t, compact, 4)
+	wantTail(t, l, 6)
+	for _, from := range []uint64{2, 3} {
+		wantCompacted(t, l, from)
+	}
+	checkRecords(t, readAll(t, l, 4), 4, all[3:])
+	checkRecords(t, readAll(t, l, 5), 5, all[4:])
+	// From the start: from the first record held.
+	checkRecords(t, readAll(t, l, 1), 4, all[3:])
+	checkRecords(t, readAll(t, l, 0), 4, all[3:])
+}
+
+func testWatchFromCompacted(t *testing.T, l events.Log, compact Compact) {
+	all := evs(1, 1, 7)
+	mustAppend(t, l, 0, all[:5]...)
+	mustCompact(t, compact, 3)
+	wantWatchCompacted(t, l, 2)
+	w := startWatch(t, l, 3, 0, nil)
+	checkRecords(t, w.next(3), 3, all[2:5])
+	mustAppend(t, l, 5, all[5])
+	checkRecords(t, w.next(1), 6, all[5:6])
+	w.stop()
+	w = startWatch(t, l, 1, 0, nil)
+	checkRecords(t, w.next(4), 3, all[2:6])
+	mustAppend(t, l, 6, all[6])
+	checkRecords(t, w.next(1), 7, all[6:])
+	w.stop()
+}
+
+// Compacted up to the tail: the log holds no record but keeps its tail.
+func testCompactedEverything(t *testing.T, l events.Log, compact Compact) {
+	all := evs(2, 1, 4)
+	mustAppend(t, l, 0, all[:3]...)
+	mustCompact(t, compact, 4)
+	wantTail(t, l, 3)
+	wantCompacted(t, l, 2)
+	wantCompacted(t, l, 3)
+	wantWatchCompacted(t, l, 3)
+	for _, from := range []uint64{1, 4} {
+		if recs := readAll(t, l, from); len(recs) != 0 {
+			t.Fatalf("Read(from %d) of a log compacted to its tail delivered %s", from, seqs(recs))
+		}
+	}
+	w := startWatch(t, l, 4, 0, nil)
+	mustAppend(t, l, 3, all[3])
+	checkRecords(t, w.next(1), 4, all[3:])
+	w.stop()
+	checkRecords(t, readAll(t, l, 1), 4, all[3:])
+}

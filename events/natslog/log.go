@@ -8,6 +8,7 @@ package natslog
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -44,14 +45,18 @@ const (
 )
 
 // Reader tuning: pull requests live pullExpiry and the server heartbeats
-// every pullHeartbeat, so a lost consumer is noticed within 2*pullHeartbeat.
+// every pullHeartbeat, so a consumer lost with its server is noticed within
+// 2*pullHeartbeat (a reader whose own connection dropped starts over as
+// soon as it is back: see session). A heartbeat costs one small message a
+// second per idle reader.
 const (
 	pullBatch         = 1024
 	pullExpiry        = 10 * time.Second
-	pullHeartbeat     = 2 * time.Second
+	pullHeartbeat     = time.Second
 	consumerInactive  = 30 * time.Second
 	readIdleCheck     = time.Second
 	deleteTimeout     = time.Second
+	stopTimeout       = time.Second
 	maxReadRestarts   = 5
 	restartBackoffMin = 50 * time.Millisecond
 	restartBackoffMax = 2 * time.Second
@@ -272,12 +277,38 @@ func (l *Log) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, l.cfg.RequestTimeout)
 }
 
-// infoAttempt bounds one stream info request. A clustered stream that is
-// electing a leader (its leader's server went away) does not answer an info
-// request at all, however long one waits; a new request is answered as soon
-// as the election is over. So state asks again every infoAttempt until
+// requestAttempt bounds one stream info or consumer create request. A
+// clustered stream that is electing a leader (its leader's server went
+// away) does not answer an info request at all, however long one waits; a
+// new request is answered as soon as the election is over. The same goes
+// for creating a reader's consumer while the JetStream meta leader is
+// elected. So state and session ask again every requestAttempt until
 // reqCtx's deadline rather than waiting for it on a request nobody answers.
-const infoAttempt = time.Second
+// A create asked again names the same consumer, so it makes no second one.
+const requestAttempt = time.Second
+
+// askAgain makes the request req, each attempt bounded by attempt, asking
+// again while it is not answered, until reqCtx's deadline; it returns req's
+// last error.
+func (l *Log) askAgain(ctx context.Context, attempt time.Duration, req func(context.Context) error) error {
+	ctx, cancel := l.reqCtx(ctx)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		err := req(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		if !unanswered || ctx.Err() != nil || l.nc.IsClosed() {
+			return err
+		}
+		if werr := wait(ctx, restartBackoffMin); werr != nil {
+			return err
+		}
+	}
+}
 
 func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
 	info, err := l.info(ctx)
@@ -289,23 +320,15 @@ func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
 
 // info reads the stream's info, asking again while it is not answered.
 func (l *Log) info(ctx context.Context) (*jetstream.StreamInfo, error) {
-	ctx, cancel := l.reqCtx(ctx)
-	defer cancel()
-	for {
-		actx, acancel := context.WithTimeout(ctx, infoAttempt)
-		info, err := l.stream.Info(actx)
-		acancel()
-		if err == nil {
-			return info, nil
-		}
-		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
-		if !unanswered || ctx.Err() != nil || l.nc.IsClosed() {
-			return nil, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
-		}
-		if werr := wait(ctx, restartBackoffMin); werr != nil {
-			return nil, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
-		}
+	var info *jetstream.StreamInfo
+	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+		info, err = l.stream.Info(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natslog: stream %s info: %w", l.name, err)
 	}
+	return info, nil
 }
 
 // Tail implements events.Log.
@@ -316,28 +339,58 @@ func (l *Log) Tail(ctx context.Context) (uint64, error) {
 
 // Read implements events.Log. fn runs on a goroutine of the JetStream
 // client, one record at a time, in order, and never after Read returned.
+// From above 1 it fails with events.ErrCompacted when seq from is no longer
+// in the stream (purged), before fn sees anything.
 func (l *Log) Read(ctx context.Context, from uint64, fn func(events.Record) error) error {
 	from = max(from, 1)
 	st, err := l.state(ctx)
 	if err != nil {
 		return err
 	}
-	if from > st.LastSeq || st.Msgs == 0 {
+	if from > st.LastSeq {
 		return nil
 	}
-	return l.consume(ctx, max(from, st.FirstSeq), st.LastSeq, fn)
+	if err := l.checkHeld(from, st); err != nil || st.Msgs == 0 {
+		return err
+	}
+	return l.consume(ctx, from, max(from, st.FirstSeq), st.LastSeq, fn)
 }
 
-// Watch implements events.Log; fn runs as Read's does.
+// Watch implements events.Log; fn runs as Read's does, and it fails with
+// events.ErrCompacted as Read does.
 func (l *Log) Watch(ctx context.Context, from uint64, fn func(events.Record) error) error {
-	return l.consume(ctx, max(from, 1), 0, fn)
+	from = max(from, 1)
+	return l.consume(ctx, from, from, 0, fn)
+}
+
+// checkHeld fails with events.ErrCompacted when from (> 1, at most the last
+// seq) is below the stream's first seq. Reading from 1 means reading from
+// the first seq the stream holds, whatever it is.
+func (l *Log) checkHeld(from uint64, st jetstream.StreamState) error {
+	switch {
+	case from <= 1:
+		return nil
+	case st.Msgs == 0:
+		return l.compacted(from, fmt.Sprintf("it holds no record, its last seq is %d", st.LastSeq))
+	case from < st.FirstSeq:
+		return l.compacted(from, fmt.Sprintf("its first record is seq %d", st.FirstSeq))
+	}
+	return nil
+}
+
+// compacted is the error of a read that cannot start at seq from: it is
+// gone from the stream (why says what is left).
+func (l *Log) compacted(from uint64, why string) error {
+	return fmt.Errorf("natslog: read %s from seq %d: %w (%s)", l.name, from, events.ErrCompacted, why)
 }
 
 // restartError asks consume for a new consumer after the last seq
-// delivered; created says whether the failed session got its consumer.
+// delivered; created says whether the failed session got its consumer, and
+// lost whether that consumer is likely gone with its server or connection.
 type restartError struct {
 	err     error
 	created bool
+	lost    bool
 }
 
 func (e *restartError) Error() string { return "natslog: reader restart: " + e.err.Error() }
@@ -349,12 +402,19 @@ func (e *restartError) Unwrap() error { return e.err }
 // consumer or heartbeat, or a reconnect. Failing to create the first
 // consumer is an error; later failures are retried with backoff (Read gives
 // up after maxReadRestarts failures in a row).
-func (l *Log) consume(ctx context.Context, next, until uint64, fn func(events.Record) error) error {
+//
+// The first record a session delivers must be seq next (the stream holds
+// consecutive seqs; one missing was purged), else it fails with
+// events.ErrCompacted: except before the first record of a call from seq 1
+// (from), which starts wherever the stream does.
+func (l *Log) consume(ctx context.Context, from, next, until uint64, fn func(events.Record) error) error {
 	backoff := restartBackoffMin
 	failures := 0
+	start := next
 	for first := true; ; first = false {
 		before := next
-		err := l.session(ctx, &next, until, fn)
+		exact := from > 1 || next != start
+		err := l.session(ctx, &next, exact, until, fn)
 		var rerr *restartError
 		if !errors.As(err, &rerr) {
 			return err
@@ -379,14 +439,19 @@ func (l *Log) consume(ctx context.Context, next, until uint64, fn func(events.Re
 
 // session reads from *next on one consumer, advancing *next past every
 // record handed to fn. It returns nil when until was reached, fn's or ctx's
-// error as is, and *restartError when a new consumer is needed.
+// error as is, an error wrapping events.ErrCompacted when exact and seq
+// *next is gone, and *restartError when a new consumer is needed.
 //
 // fn runs on the consumer's delivery goroutine (jetstream Consume: no
 // timer, context or select per message, unlike an iterator's Next), one
 // record at a time, in order, and never after session returned.
-func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(events.Record) error) error {
-	cctx, cancel := l.reqCtx(ctx)
-	cons, err := l.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
+func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint64, fn func(events.Record) error) (err error) {
+	// A reconnect is watched from before the consumer exists: the consumer
+	// may have been on the server the connection lost (see below).
+	reconnected := l.nc.StatusChanged(nats.CONNECTED)
+	defer l.nc.RemoveStatusListener(reconnected)
+	cfg := jetstream.ConsumerConfig{
+		Name:              consumerName(),
 		Description:       "termlog reader",
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       *next,
@@ -395,17 +460,35 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 		InactiveThreshold: consumerInactive,
 		MemoryStorage:     true,
 		Replicas:          1,
+	}
+	var cons jetstream.Consumer
+	err = l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+		cons, err = l.stream.CreateConsumer(ctx, cfg)
+		return err
 	})
-	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return &restartError{err: fmt.Errorf("create consumer: %w", err)}
 	}
-	defer l.deleteConsumer(ctx, cons.CachedInfo().Name)
+	defer func() {
+		var rerr *restartError
+		if errors.As(err, &rerr) && rerr.lost {
+			// Its server is likely gone: a delete would wait deleteTimeout
+			// for an answer before the next consumer is made. If it lives,
+			// the server drops it after consumerInactive.
+			return
+		}
+		l.deleteConsumer(ctx, cons.CachedInfo().Name)
+	}()
+	// The server starts a consumer at the stream's first seq when the one
+	// asked for is gone: its info says where (delivered = start - 1).
+	if start := cons.CachedInfo().Delivered.Stream + 1; exact && start != *next {
+		return l.compacted(*next, fmt.Sprintf("its first record is seq %d", start))
+	}
 
-	d := &delivery{next: next, until: until, fn: fn, end: make(chan error, 1)}
+	d := &delivery{log: l, next: next, exact: exact, until: until, fn: fn, end: make(chan error, 1)}
 	cc, err := cons.Consume(d.handle,
 		jetstream.PullMaxMessages(pullBatch),
 		jetstream.PullExpiry(pullExpiry),
@@ -413,14 +496,22 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			// A missing heartbeat, a lost consumer, a reconnect: start over
 			// on a new consumer after the last record delivered.
-			d.finish(&restartError{fmt.Errorf("consume: %w", err), true})
+			d.finish(&restartError{fmt.Errorf("consume: %w", err), true, true})
 		}))
 	if err != nil {
-		return &restartError{fmt.Errorf("consume: %w", err), true}
+		return &restartError{fmt.Errorf("consume: %w", err), true, false}
 	}
 	defer func() {
 		d.stop() // waits for a record in fn; none is handed on after
 		cc.Stop()
+		// The client's delivery goroutine ends asynchronously: wait for it
+		// (bounded: a stuck client must not hold the reader).
+		t := time.NewTimer(stopTimeout)
+		defer t.Stop()
+		select {
+		case <-cc.Closed():
+		case <-t.C:
+		}
 	}()
 
 	// Read (until > 0) looks for records gone from below until when the
@@ -437,12 +528,25 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-reconnected:
+			// The connection was lost and is back. The consumer lived on
+			// one server; if it was the one lost, it is gone, and the
+			// client's own pull on the new connection would only be
+			// noticed unanswered after two missed heartbeats. Start over
+			// now (a consumer that survived costs one creation).
+			return &restartError{errors.New("connection reconnected"), true, true}
 		case <-idle:
 			// Quiet for a while: are the records left below until gone
-			// (deleted or purged after Read took the tail)?
-			if from, quiet := d.quiet(); quiet {
-				if done, err := l.noneLeft(ctx, from, until); err != nil || done {
+			// (purged after Read took the tail)?
+			if from, quiet, exact := d.quiet(); quiet {
+				done, err := l.noneLeft(ctx, from, until)
+				switch {
+				case err != nil:
 					return err
+				case done && exact:
+					return l.compacted(from, fmt.Sprintf("no record is left up to seq %d", until))
+				case done:
+					return nil
 				}
 			}
 		}
@@ -452,12 +556,14 @@ func (l *Log) session(ctx context.Context, next *uint64, until uint64, fn func(e
 // delivery is the consumer end of one session: it checks the order of the
 // messages and hands their records to fn.
 type delivery struct {
+	log   *Log
 	until uint64
 	fn    func(events.Record) error
 	end   chan error // the session's outcome; the first one counts
 
 	mu      sync.Mutex
 	next    *uint64 // the seq expected next, advanced past every record
+	exact   bool    // the session's first record must be *next
 	dseq    uint64  // consumer seq of the last message, for gap detection
 	arrived bool    // a message came since the last quiet check
 	stopped bool    // the session is over: drop what still comes
@@ -473,11 +579,15 @@ func (d *delivery) handle(msg jetstream.Msg) {
 	dseq, seq, err := sequences(msg)
 	switch {
 	case err != nil:
-		d.finishLocked(&restartError{fmt.Errorf("metadata: %w", err), true})
+		d.finishLocked(&restartError{fmt.Errorf("metadata: %w", err), true, false})
 		return
 	case dseq != d.dseq+1 || seq < *d.next:
 		d.finishLocked(&restartError{fmt.Errorf("out of order: consumer seq %d after %d, stream seq %d, want >= %d",
-			dseq, d.dseq, seq, *d.next), true})
+			dseq, d.dseq, seq, *d.next), true, false})
+		return
+	case dseq == 1 && d.exact && seq != *d.next:
+		// The consumer started at *next, which the stream no longer holds.
+		d.finishLocked(d.log.compacted(*d.next, fmt.Sprintf("the first record left is seq %d", seq)))
 		return
 	}
 	d.dseq = dseq
@@ -518,13 +628,14 @@ func (d *delivery) stop() {
 	d.stopped = true
 }
 
-// quiet reports whether no message came since the last call, and the seq
-// expected next.
-func (d *delivery) quiet() (next uint64, quiet bool) {
+// quiet reports whether no message came since the last call, the seq
+// expected next, and whether it must be delivered (not skipped): the
+// session is exact and has delivered nothing yet.
+func (d *delivery) quiet() (next uint64, quiet, exact bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	quiet, d.arrived = !d.arrived, false
-	return *d.next, quiet
+	return *d.next, quiet, d.exact && d.dseq == 0
 }
 
 // sequences returns the consumer and stream sequences of msg from its ack
@@ -571,7 +682,7 @@ func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return true, nil
 	case err != nil:
-		return false, &restartError{fmt.Errorf("look up seq %d: %w", next, err), true}
+		return false, &restartError{fmt.Errorf("look up seq %d: %w", next, err), true, false}
 	}
 	return m.Sequence > until, nil
 }
@@ -586,6 +697,11 @@ func (l *Log) deleteConsumer(ctx context.Context, name string) {
 	defer cancel()
 	_ = l.stream.DeleteConsumer(ctx, name)
 }
+
+// consumerName names a reader's consumer: random, so that readers never
+// share one, and chosen before the first create request, so that asking
+// again makes no second consumer.
+func consumerName() string { return "termlog-reader-" + rand.Text() }
 
 // wait sleeps d or until ctx is done.
 func wait(ctx context.Context, d time.Duration) error {

@@ -96,6 +96,32 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestCompactionConformance compacts the stream with a purge up to a seq.
+func TestCompactionConformance(t *testing.T) {
+	t.Parallel()
+	logtest.RunCompaction(t, func(t *testing.T) (events.Log, logtest.Compact) {
+		s := startServer(t, t.TempDir(), false)
+		nc := connect(t, s)
+		l := open(t, nc, natslog.Config{})
+		return l, purger(t, nc, l)
+	})
+}
+
+// purger compacts l by purging its stream below a seq.
+func purger(t *testing.T, nc *nats.Conn, l *natslog.Log) logtest.Compact {
+	return func(before uint64) error {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		st, err := js.Stream(ctxT(t), l.Stream())
+		if err != nil {
+			return err
+		}
+		return st.Purge(ctxT(t), jetstream.WithPurgeSequence(before))
+	}
+}
+
 func TestConformanceInProcess(t *testing.T) {
 	t.Parallel()
 	logtest.Run(t, func(t *testing.T) events.Log {

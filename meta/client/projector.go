@@ -91,6 +91,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, events.ErrCompacted) && p.dropSnapshot(err) {
+			continue // a full fold, at once
+		}
 		p.setErr(err)
 		p.logger.Warn().Err(err).Uint64("seq", p.Seq()).Dur("retry_in", backoff).Msg("event stream unreadable; retrying")
 		select {
@@ -100,6 +103,26 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// dropSnapshot falls back to a full fold when the events right after the
+// snapshot the projector started from are gone (compacted between checking
+// the snapshot and reading after it): the state goes back to empty, to be
+// folded from seq 1. It reports whether it did; not when anything was
+// folded since the snapshot (the events missing are not the snapshot's).
+func (p *Projector) dropSnapshot(err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.origin.Snapshot == nil || p.origin.Folded > 0 {
+		return false
+	}
+	p.logger.Warn().Err(err).Str("snapshot", p.origin.Snapshot.Name).Uint64("seq", p.state.Seq).
+		Msg("the events after the snapshot are gone; folding from seq 1")
+	p.state = projections.New()
+	p.view = nil
+	p.origin = Origin{}
+	p.notify()
+	return true
 }
 
 func (p *Projector) setErr(err error) {

@@ -114,11 +114,18 @@ func LoadFrom(ctx context.Context, log events.Log, store events.SnapshotStore, l
 			st, o.Snapshot, o.LoadTook = s, si, took
 		}
 	}
-	if err := log.Read(ctx, st.Seq+1, func(rec events.Record) error {
+	fold := func(rec events.Record) error {
 		st.ApplyRecord(rec)
 		o.Folded++
 		return nil
-	}); err != nil {
+	}
+	err := log.Read(ctx, st.Seq+1, fold)
+	if o.Snapshot != nil && o.Folded == 0 && errors.Is(err, events.ErrCompacted) {
+		lg.Warn().Err(err).Str("snapshot", o.Snapshot.Name).Msg("the events after the snapshot are gone; folding from seq 1")
+		st, o = projections.New(), Origin{}
+		err = log.Read(ctx, 1, fold)
+	}
+	if err != nil {
 		return nil, o, errors.Join(ErrNotProjected, err)
 	}
 	return st, o, nil
