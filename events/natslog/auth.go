@@ -101,6 +101,9 @@ func writeDirOnce(dir string, complete func(string) error, what string, write fu
 		return false, fmt.Errorf("natslog: %s: %w", dir, err)
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		if complete(dir) == nil {
+			return false, nil // another process renamed its files in since the first look
+		}
 		return false, fmt.Errorf("natslog: %s exists but lacks %s: remove it or pick another", dir, what)
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
