@@ -34,11 +34,17 @@ type leaderSession struct {
 	logger zerolog.Logger
 
 	// Mutations are decided and appended in groups (see group.go).
-	sem         chan struct{}      // held by the goroutine deciding and appending a group
-	qmu         sync.Mutex         // guards queue
-	queue       []*mutation        // submitted, not yet decided
-	scratch     *projections.State // with sem: the projection plus this term's appended events; nil: rebuild
-	lastWritten uint64             // with sem: seq of this term's last stored event
+	sem     chan struct{}      // held by the goroutine deciding and sending a group
+	qmu     sync.Mutex         // guards queue
+	queue   []*mutation        // submitted, not yet decided
+	scratch *projections.State // with sem: the projection plus this term's sent events; nil: rebuild
+	tail    *flight            // with sem: the last group with events sent since scratch was rebuilt
+
+	fmu          sync.Mutex // guards the fields below
+	flights      []*flight  // groups with events sent and not settled, in order
+	flightEvents int        // their events
+	broken       bool       // a group failed: scratch holds events that may not be stored
+	lastWritten  uint64     // seq of this term's last stored event
 
 	dmu        sync.Mutex
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
