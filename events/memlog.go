@@ -81,12 +81,16 @@ func (l *MemLog) appendChained(ctx context.Context, expectedLast uint64, prevID 
 		id := MsgID(ev.Term, seq)
 		tail := uint64(len(l.recs))
 		if tail != seq-1 {
-			// A retry of an append that already landed is stored once:
-			// same id, same bytes (another event under the same id is
-			// fenced, as the JetStream log decides).
+			// A retry of an append that already landed is stored once. The
+			// id alone does not prove it: another event under the same id
+			// (decided again on a stale view) did not land (as natslog's
+			// checkStored).
 			if seq <= tail && l.recs[seq-1].msgID == id && bytes.Equal(l.recs[seq-1].data, bodies[i]) {
 				last = seq
 				continue
+			}
+			if seq <= tail && l.recs[seq-1].msgID == id {
+				return last, fmt.Errorf("append seq %d: %w: it holds another event under id %s", seq, ErrFenced, id)
 			}
 			return last, fmt.Errorf("append seq %d: %w (last seq is %d)", seq, ErrFenced, tail)
 		}

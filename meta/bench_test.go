@@ -51,7 +51,7 @@ func benchLeaderWith(b *testing.B, workers int) *leaderSession {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := r.newLeaderSession(2, func(string) {})
+	l := r.newLeaderSession(ctx, 2, func(string) {})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = r.proj.Run(ctx) }()

@@ -57,9 +57,10 @@ type Recovery struct {
 	Term        uint64            `json:"term"`
 	State       string            `json:"state"`
 	Barrier     uint64            `json:"barrier"`
-	Rounds      int               `json:"rounds"`   // reconcile rounds
-	Attempts    int               `json:"attempts"` // barrier injections
-	Sessions    map[string]uint64 `json:"sessions"` // endpoint -> worker id, one per endpoint
+	Seq         uint64            `json:"seq,omitempty"` // complete: every worker active at this projection seq acked
+	Rounds      int               `json:"rounds"`        // reconcile rounds
+	Attempts    int               `json:"attempts"`      // barrier injections
+	Sessions    map[string]uint64 `json:"sessions"`      // endpoint -> worker id, one per endpoint
 	Waiting     []uint64          `json:"waiting,omitempty"`
 	StartedAt   time.Time         `json:"started_at"`
 	CompletedAt time.Time         `json:"completed_at,omitzero"`
@@ -113,8 +114,12 @@ type controller struct {
 	barrier  uint64
 	sessions map[string]*session // by endpoint
 	round    uint64
-	evc      chan sessionEvent
-	wg       sync.WaitGroup
+	// seq and workers describe the projection the last reconcile saw: the
+	// waiting set is exact for seq only.
+	seq     uint64
+	workers int
+	evc     chan sessionEvent
+	wg      sync.WaitGroup
 }
 
 // controlLoop keeps at most one control session per endpoint, matching the
@@ -180,11 +185,9 @@ func (c *controller) reconcile(ctx context.Context) {
 	var (
 		open    []projections.Worker
 		waiting []uint64
-		seq     uint64
-		workers int
 	)
 	l.r.proj.Peek(func(v *projections.State) {
-		seq, workers = v.Seq, len(v.Endpoints)
+		c.seq, c.workers = v.Seq, len(v.Endpoints)
 		for ep, id := range v.Endpoints {
 			w := v.Workers[id]
 			if w == nil {
@@ -242,23 +245,31 @@ func (c *controller) reconcile(ctx context.Context) {
 	for _, id := range waiting {
 		l.waiting[id] = struct{}{}
 	}
-	c.completeLocked(workers, seq)
+	c.completeLocked()
 }
 
-// completeLocked ends the initial recovery once nobody waits. rmu held.
-func (c *controller) completeLocked(workers int, seq uint64) {
+// completeLocked ends the initial recovery once nobody waits, judged on the
+// projection at c.seq: the waiting set holds every worker active at c.seq
+// that has not acked. rmu held.
+func (c *controller) completeLocked() {
 	l := c.l
 	if l.rec.State != RecoveryRecovering || len(l.waiting) > 0 {
 		return
 	}
 	l.rec.State = RecoveryComplete
+	l.rec.Seq = c.seq
 	l.rec.CompletedAt = l.r.cfg.Clock.Now()
 	l.rec.Took = l.rec.CompletedAt.Sub(l.rec.StartedAt)
-	l.logger.Info().Int("workers", workers).Dur("took", l.rec.Took).Uint64("seq", seq).Msg("initial barrier recovery complete")
+	l.logger.Info().Int("workers", c.workers).Dur("took", l.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
 }
 
 // event handles a session's ack or end; it reports whether a reconcile is
-// needed (the session ended and must be reopened).
+// needed (the session ended and must be reopened, or the last ack came
+// after the projection moved on).
+//
+// The last awaited ack completes the recovery only while the projection is
+// still at the seq of the last reconcile: a worker that joined since then
+// has no session yet and is in no waiting set, so the reconcile decides.
 func (c *controller) event(ev sessionEvent) bool {
 	l := c.l
 	if c.sessions[ev.s.endpoint] != ev.s {
@@ -276,9 +287,13 @@ func (c *controller) event(ev sessionEvent) bool {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	delete(l.waiting, ev.s.id)
-	if l.rec.State == RecoveryRecovering && len(l.waiting) == 0 {
-		c.completeLocked(len(c.sessions), l.r.proj.Seq())
+	if l.rec.State != RecoveryRecovering || len(l.waiting) > 0 {
+		return false
 	}
+	if l.r.proj.Seq() != c.seq {
+		return true
+	}
+	c.completeLocked()
 	return false
 }
 

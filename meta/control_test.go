@@ -3,9 +3,12 @@ package meta
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
@@ -13,10 +16,13 @@ import (
 )
 
 // pipeAgents is a ControlDialer whose workers are in-memory agents that ack
-// every barrier; it counts dials per endpoint. Close joins every agent.
+// every barrier; it counts dials per endpoint. An agent at an endpoint in
+// hold acks a barrier only after a receive from its channel. Close joins
+// every agent (after closing the holds).
 type pipeAgents struct {
 	mu    sync.Mutex
 	dials map[string]int
+	hold  map[string]chan struct{}
 	conns []net.Conn
 	wg    sync.WaitGroup
 }
@@ -26,12 +32,16 @@ func (p *pipeAgents) dial(_ context.Context, endpoint string) (ControlConn, erro
 	p.mu.Lock()
 	p.dials[endpoint]++
 	p.conns = append(p.conns, worker)
+	hold := p.hold[endpoint]
 	p.mu.Unlock()
 	p.wg.Go(func() {
 		sc := client.NewControlScanner(worker)
 		for sc.Scan() {
 			m, err := client.DecodeControl(sc.Bytes())
 			if err == nil && m.Type == client.MsgBarrier {
+				if hold != nil {
+					<-hold
+				}
 				if client.WriteControl(worker, client.ControlMsg{Type: client.MsgAck, Barrier: m.Barrier}) != nil {
 					return
 				}
@@ -49,6 +59,9 @@ func (p *pipeAgents) dialsTo(endpoint string) int {
 
 func (p *pipeAgents) close() {
 	p.mu.Lock()
+	for _, h := range p.hold {
+		close(h)
+	}
 	for _, c := range p.conns {
 		c.Close()
 	}
@@ -113,5 +126,106 @@ func TestControlLoopReactsToChangedWorkers(t *testing.T) {
 	}
 	if r := tl.recovery(); r.Rounds < 2 || r.Attempts != n+1 {
 		t.Errorf("rounds %d attempts %d, want >= 2 rounds and %d barrier injections", r.Rounds, r.Attempts, n+1)
+	}
+}
+
+// Barrier recovery is complete only when every worker active in the
+// projection at the seq it reports has acked. A worker registered while the
+// others ack (its reconcile still debounced) keeps the recovery open until it
+// has a session and has acked too; its ack then completes the recovery at
+// once, at the seq the session was opened on.
+func TestRecoveryWaitsForWorkerJoinedMeanwhile(t *testing.T) {
+	clk := clock.NewManual(t0)
+	epA, epB := "10.0.0.1:7000", "10.0.0.2:7000"
+	agents := &pipeAgents{dials: map[string]int{}, hold: map[string]chan struct{}{epA: make(chan struct{}), epB: make(chan struct{})}}
+	defer agents.close()
+	// No retry timer: reconciles run only when the debounce fires.
+	tl := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1, func(c *Config) {
+		c.ControlDialer, c.RecoveryRetry = agents.dial, time.Hour
+	})
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	a := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: epA})
+	if a.Error != nil {
+		t.Fatal(a.Error)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var loop sync.WaitGroup
+	loop.Go(func() { tl.controlLoop(ctx) })
+	defer func() { cancel(); loop.Wait() }()
+	eventually(t, "a's session", func() bool { return tl.recovery().Sessions[epA] == a.ID })
+
+	b := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
+	if b.Error != nil {
+		t.Fatal(b.Error)
+	}
+	v := tl.r.proj.View()
+	if _, ok := v.Worker(b.ID); !ok {
+		t.Fatalf("worker %d not active after its registration", b.ID)
+	}
+	seqB := v.Seq
+	// a acks; the clock stands still, so b's reconcile stays debounced.
+	agents.hold[epA] <- struct{}{}
+	eventually(t, "a's ack handled", func() bool { return len(tl.recovery().Waiting) == 0 })
+	if r := tl.recovery(); r.State != RecoveryRecovering {
+		t.Fatalf("recovery %s at seq %d with sessions %v; worker %d, active since seq %d, has no session and never acked",
+			r.State, r.Seq, r.Sessions, b.ID, seqB)
+	}
+	advancing(t, clk, "b's session", func() bool { return tl.recovery().Sessions[epB] == b.ID })
+	if r := tl.recovery(); r.State != RecoveryRecovering || !slices.Equal(r.Waiting, []uint64{b.ID}) {
+		t.Fatalf("after b's session opened: state %s waiting %v, want recovering on [%d]", r.State, r.Waiting, b.ID)
+	}
+	// b's ack completes the recovery without another reconcile: the
+	// projection is still at the seq b's session was opened on.
+	rounds := tl.recovery().Rounds
+	agents.hold[epB] <- struct{}{}
+	eventually(t, "recovery complete", func() bool { return tl.recovery().State == RecoveryComplete })
+	r := tl.recovery()
+	want := map[string]uint64{epA: a.ID, epB: b.ID}
+	if r.Seq != seqB || !maps.Equal(r.Sessions, want) || r.Waiting != nil || r.Rounds != rounds {
+		t.Fatalf("complete at seq %d sessions %v waiting %v rounds %d; want seq %d sessions %v, nobody waiting, rounds %d",
+			r.Seq, r.Sessions, r.Waiting, r.Rounds, seqB, want, rounds)
+	}
+}
+
+// A worker that leaves while the recovery waits on it leaves the waiting set
+// at the next reconcile: the last ack of the others, arriving after the
+// projection moved on, completes nothing itself; the reconcile completes the
+// recovery at the seq that no longer has the worker.
+func TestRecoveryCompletesWithoutWorkerLeftMeanwhile(t *testing.T) {
+	clk := clock.NewManual(t0)
+	epA, epB := "10.0.0.1:7000", "10.0.0.2:7000"
+	agents := &pipeAgents{dials: map[string]int{}, hold: map[string]chan struct{}{epA: make(chan struct{}), epB: make(chan struct{})}}
+	defer agents.close()
+	tl := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1, func(c *Config) { c.ControlDialer = agents.dial })
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	a := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: epA})
+	b := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
+	if a.Error != nil || b.Error != nil {
+		t.Fatal(a.Error, b.Error)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var loop sync.WaitGroup
+	loop.Go(func() { tl.controlLoop(ctx) })
+	defer func() { cancel(); loop.Wait() }()
+	eventually(t, "both sessions", func() bool { return len(tl.recovery().Sessions) == 2 })
+
+	if rep := tl.deregister(ctxT(t), client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"}); rep.Error != nil {
+		t.Fatal(rep.Error)
+	}
+	seq := tl.r.proj.Seq()
+	agents.hold[epA] <- struct{}{}
+	eventually(t, "a's ack handled", func() bool { return !slices.Contains(tl.recovery().Waiting, a.ID) })
+	if r := tl.recovery(); r.State != RecoveryRecovering || !slices.Equal(r.Waiting, []uint64{b.ID}) {
+		t.Fatalf("before the reconcile: state %s waiting %v, want recovering on [%d]", r.State, r.Waiting, b.ID)
+	}
+	advancing(t, clk, "recovery complete", func() bool { return tl.recovery().State == RecoveryComplete })
+	r := tl.recovery()
+	want := map[string]uint64{epA: a.ID}
+	if r.Seq != seq || !maps.Equal(r.Sessions, want) || r.Waiting != nil {
+		t.Fatalf("complete at seq %d sessions %v waiting %v; want seq %d sessions %v, nobody waiting", r.Seq, r.Sessions, r.Waiting, seq, want)
 	}
 }

@@ -80,12 +80,12 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 	for {
 		select {
 		case res := <-m.done:
-			return l.finish(ctx, res)
+			return l.finish(res)
 		case l.sem <- struct{}{}:
-			f := l.combine(ctx)
+			f := l.combine()
 			<-l.sem
 			if f != nil {
-				l.settle(ctx, f)
+				l.settle(f)
 			}
 		case <-ctx.Done():
 			if l.withdraw(m) {
@@ -93,16 +93,20 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 			}
 			// Taken into a group already: its append is bounded by
 			// AppendTimeout per attempt; report its real outcome.
-			return l.finish(ctx, <-m.done)
+			return l.finish(<-m.done)
 		}
 	}
 }
 
-func (l *leaderSession) finish(ctx context.Context, res mutationResult) (uint64, error) {
+// finish returns a mutation's outcome once the projection holds it. It
+// waits under the term's context: a caller whose own context ended after
+// its mutation was taken into a group still gets its real outcome, not its
+// context's error for an event that is stored.
+func (l *leaderSession) finish(res mutationResult) (uint64, error) {
 	if res.err != nil {
 		return 0, res.err
 	}
-	return res.seen, l.r.proj.AwaitSeq(ctx, res.seen)
+	return res.seen, l.r.proj.AwaitSeq(l.ctx, res.seen)
 }
 
 // withdraw removes m from the queue if it is still there.
@@ -127,6 +131,23 @@ func (l *leaderSession) take() []*mutation {
 	l.queue = append(l.queue[:0], l.queue[n:]...)
 	return group
 }
+
+// requeue puts undecided mutations back at the head of the queue.
+func (l *leaderSession) requeue(ms []*mutation) {
+	if len(ms) == 0 {
+		return
+	}
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	l.queue = append(append([]*mutation(nil), ms...), l.queue...)
+}
+
+// errNotSent marks an append that was never handed to the log: its outcome
+// is known, nothing of it is stored.
+var errNotSent = errors.New("not sent")
+
+// errOwnEventRefused is a decision whose events the fold refuses.
+var errOwnEventRefused = errors.New("the projection refuses the leader's own event")
 
 // decided is a mutation of a group that produced its decision.
 type decided struct {
@@ -156,8 +177,15 @@ func (f *flight) lastID() string {
 
 // combine decides and sends one group; the caller holds sem, and settles
 // the returned flight after releasing it (nil: every mutation taken was
-// answered).
-func (l *leaderSession) combine(ctx context.Context) *flight {
+// answered). It works under the term's context, not the caller's:
+// whichever caller happens to combine must not decide the outcome for the
+// others. Each mutation's own context is checked only before it is
+// decided. A decision whose events the fold refuses (Rejected or Corrupt on
+// the scratch state) fails with errOwnEventRefused and is not appended; the
+// scratch state, which folded them, is dropped, and the mutations after it
+// go back to the head of the queue, to be decided on a fresh state.
+func (l *leaderSession) combine() *flight {
+	ctx := l.ctx
 	group := l.take()
 	if len(group) == 0 {
 		return nil
@@ -175,7 +203,7 @@ func (l *leaderSession) combine(ctx context.Context) *flight {
 		evs []events.Event
 		ok  []decided
 	)
-	for _, m := range group {
+	for i, m := range group {
 		if err := m.ctx.Err(); err != nil {
 			m.done <- mutationResult{err: err}
 			continue
@@ -202,8 +230,19 @@ func (l *leaderSession) combine(ctx context.Context) *flight {
 		}
 		// Later decisions of the group see these events: fold them into
 		// the scratch state exactly as the projection will fold them.
+		var refused *projections.Result
 		for _, b := range bodies {
-			st.DecodeApply(st.Seq+1, b)
+			if r := st.DecodeApply(st.Seq+1, b); r.Outcome == projections.Rejected || r.Outcome == projections.Corrupt {
+				refused = &r
+				break
+			}
+		}
+		if refused != nil {
+			l.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
+			m.done <- mutationResult{err: fmt.Errorf("%w: %s", errOwnEventRefused, refused)}
+			l.scratch = nil // it folded the refused events
+			l.requeue(group[i+1:])
+			break
 		}
 		evs = append(evs, mine...)
 		ok = append(ok, decided{m: m, seen: st.Seq})
@@ -234,7 +273,7 @@ func (l *leaderSession) combine(ctx context.Context) *flight {
 		prevID = f.prev.lastID()
 	}
 	if err := l.connected(); err != nil {
-		f.pend = events.Done{Last: base, Err: fmt.Errorf("append at seq %d not sent: %w", base+1, err)}
+		f.pend = events.Done{Last: base, Err: fmt.Errorf("append at seq %d %w: %w", base+1, errNotSent, err)}
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
 		f.pend = l.r.cfg.Log.AppendAsync(actx, base, prevID, evs...)
@@ -299,9 +338,11 @@ func (l *leaderSession) drain(ctx context.Context) error {
 
 // settle waits for the group before f, then for f's acks, and answers f's
 // mutations. An append whose outcome is unknown is retried with the same
-// message ids (stored once) when the group before it is stored; a failure
-// marks the scratch state broken and fails every later group.
-func (l *leaderSession) settle(ctx context.Context, f *flight) {
+// message ids (stored once) when the group before it is stored; if it stays
+// unknown it is resent before anything new is decided (resendUnsure). A
+// failure marks the scratch state broken and fails every later group.
+func (l *leaderSession) settle(f *flight) {
+	ctx := l.ctx
 	floor := f.base
 	var prevErr error
 	if p := f.prev; p != nil {
@@ -312,15 +353,22 @@ func (l *leaderSession) settle(ctx context.Context, f *flight) {
 		f.prev = nil // only settle reads it: do not keep every group alive
 	}
 	stored, err := floor, prevErr
+	unsure := false
 	if len(f.evs) > 0 {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
 		last, werr := f.pend.Wait(wctx)
 		cancel()
-		if werr != nil && !errors.Is(werr, events.ErrFenced) && prevErr == nil {
+		if werr != nil && !errors.Is(werr, events.ErrFenced) && !errors.Is(werr, errNotSent) && prevErr == nil {
 			// Everything before base is stored, so the expected last seq
 			// alone fences the retry.
 			l.logger.Warn().Err(werr).Uint64("expected_seq", f.base).Int("events", len(f.evs)).Msg("append failed; retrying with the same message ids")
-			last, werr = l.append(ctx, f.base, f.evs)
+			rlast, rerr := l.append(ctx, f.base, f.evs, appendAttempts-1)
+			if errors.Is(rerr, errNotSent) {
+				// The first attempt was sent: its outcome is what is unknown.
+				rerr = fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %v)", f.base+1, werr, rerr)
+			}
+			last, werr = max(last, rlast), rerr
+			unsure = werr != nil && !errors.Is(werr, events.ErrFenced)
 		}
 		switch {
 		case prevErr != nil:
@@ -349,6 +397,9 @@ func (l *leaderSession) settle(ctx context.Context, f *flight) {
 	if err != nil {
 		l.broken = true
 	}
+	if unsure {
+		l.unsure = f
+	}
 	l.lastWritten = max(l.lastWritten, stored)
 	l.fmu.Unlock()
 	f.stored, f.err = stored, err
@@ -360,6 +411,39 @@ func (l *leaderSession) settle(ctx context.Context, f *flight) {
 			d.m.done <- mutationResult{err: err}
 		}
 	}
+}
+
+// resendUnsure resends (with sem, no group in flight), with the same ids,
+// the group whose append's outcome is unknown, so that nothing new is
+// decided until it is known. Deciding again on the projection would reuse
+// the ids (<term>-<seq>) the group may be stored under, for other events:
+// the log fences those, spuriously, a late attempt of the group could still
+// land after them, and a group chained to such an id would land after the
+// wrong event. The groups sent after it were sent before the resend on the
+// same connection, so once it is answered they are settled on the server
+// too.
+func (l *leaderSession) resendUnsure(ctx context.Context) error {
+	l.fmu.Lock()
+	u := l.unsure
+	l.fmu.Unlock()
+	if u == nil {
+		return nil
+	}
+	stored, err := l.append(ctx, u.base, u.evs, appendAttempts)
+	l.fmu.Lock()
+	l.lastWritten = max(l.lastWritten, stored)
+	if err == nil || errors.Is(err, events.ErrFenced) {
+		l.unsure = nil
+	}
+	l.fmu.Unlock()
+	switch {
+	case err == nil:
+		l.logger.Info().Uint64("expected_seq", u.base).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
+		return nil
+	case errors.Is(err, events.ErrFenced):
+		l.onFenced(ctx, err)
+	}
+	return fmt.Errorf("resending a group whose outcome is unknown: %w", err)
 }
 
 // scratchState returns the state the next group is decided on: the kept
@@ -381,14 +465,14 @@ func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, e
 			case v.Seq > sc.Seq:
 				// Something this term did not append: decide on it.
 				l.scratch = nil
-			case v.Seq == sc.Seq && (v.NextWorkerID != sc.NextWorkerID || len(v.Workers) != len(sc.Workers) || v.Term != sc.Term):
-				l.logger.Error().Uint64("seq", v.Seq).Msg("scratch state differs from the projection at the same seq; rebuilding it")
-				l.scratch = nil
 			}
 		})
 	}
 	if l.scratch == nil {
 		if err := l.drain(ctx); err != nil {
+			return nil, err
+		}
+		if err := l.resendUnsure(ctx); err != nil {
 			return nil, err
 		}
 		l.fmu.Lock()
@@ -422,15 +506,24 @@ func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, e
 	return l.scratch, nil
 }
 
+// appendAttempts is how many times an append whose outcome stays unknown
+// is sent.
+const appendAttempts = 3
+
 // append retries an append whose outcome is unknown with the same message
-// ids, so it is stored once. It returns the seq of the last event known to
-// be stored: the last one on success, at least expected on failure.
-func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
+// ids, so it is stored once, sending it up to attempts times. It returns
+// the seq of the last event known to be stored: the last one on success,
+// at least expected on failure. An error wrapping errNotSent means nothing
+// was sent.
+func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event, attempts int) (uint64, error) {
 	var err error
 	stored := expected
-	for attempt := 0; attempt < 3; attempt++ {
-		if err := l.connected(); err != nil {
-			return stored, fmt.Errorf("append at seq %d not sent: %w", expected+1, err)
+	for attempt := 0; attempt < attempts; attempt++ {
+		if cerr := l.connected(); cerr != nil {
+			if attempt == 0 && err == nil {
+				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
+			}
+			return stored, fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %w)", expected+1, err, cerr)
 		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
 		var last uint64

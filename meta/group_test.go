@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
 )
@@ -196,35 +198,63 @@ func TestGroupFencedMidwayFailsTheRest(t *testing.T) {
 
 // A group whose whole append is fenced by a new leader's term.started
 // (decided before it, appended after it) stores nothing and answers every
-// caller with an error.
+// caller with an error. The old leader is frozen between the group's
+// decisions and its append, so the write-side CAS is what refuses it (its
+// projection still shows term 1 when it decides).
 func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 	log := events.NewMemLog()
 	clk := clock.NewManual(t0)
 	ctx := ctxT(t)
-	old := newTestLeader(t, "meta-1", log, clk, 1)
+	fp := failpoint.New()
+	old := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) { c.Failpoints = fp })
 	if err := old.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
+	const decided = "test-group-decided" // hit after the group's last decision
+	fp.Freeze(decided)
 	old.sem <- struct{}{}
-	reps := make([]client.Reply, 3)
+	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	for i := range reps {
+	for i := range 2 {
 		wg.Go(func() {
-			reps[i] = old.register(ctx, client.RegisterRequest{Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.0.%d:1", i+1)})
+			if rep := old.register(ctx, client.RegisterRequest{Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.0.%d:1", i+1)}); rep.Error != nil {
+				errs[i] = errors.New(rep.Error.Message)
+			}
 		})
+		queued(t, old.leaderSession, i+1)
 	}
+	wg.Go(func() {
+		errs[2] = old.mutate(ctx, decided, func(v *projections.State) ([]events.Payload, error) {
+			return []events.Payload{events.WorkerRegistered{ID: v.NextWorkerID, Incarnation: "2", Endpoint: "10.0.0.3:1"}}, nil
+		})
+	})
 	queued(t, old.leaderSession, 3)
-	// The old leader's scratch state is at seq 1; a new term starts at 2.
+	<-old.sem
+	if err := fp.WaitPaused(ctx, decided); err != nil {
+		t.Fatal(err)
+	}
+	if v := old.r.proj.View(); v.Term != 1 || v.Seq != 1 {
+		t.Fatalf("old leader decided on term %d seq %d, want term 1 seq 1", v.Term, v.Seq)
+	}
 	nl := newTestLeader(t, "meta-2", log, clk, 2)
 	if err := nl.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-old.sem
+	fp.Resume(decided)
 	wg.Wait()
-	for i, rep := range reps {
-		if rep.Error == nil {
-			t.Errorf("caller %d answered %+v after its append was fenced", i, rep)
+	for i, err := range errs {
+		if err == nil {
+			t.Errorf("caller %d answered success after its group's append was fenced", i)
 		}
+	}
+	if n := old.r.Fenced(); n != 1 {
+		t.Errorf("old leader's fenced appends: %d, want 1 (the group's)", n)
+	}
+	select {
+	case why := <-old.lost:
+		t.Logf("old leader stepped down: %s", why)
+	case <-ctx.Done():
+		t.Fatal("the fenced leader did not step down")
 	}
 	v, err := nl.r.proj.CatchUp(ctx)
 	if err != nil {
@@ -262,4 +292,255 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if decided || len(log.appendSizes()) != 1 {
 		t.Fatalf("withdrawn mutation: decided %v, appends %v", decided, log.appendSizes())
 	}
+}
+
+// hookLog runs hook before every append (call counts from 1: term.started
+// is call 1). An error from hook is that call's outcome-unknown failure: the
+// call itself stores nothing.
+type hookLog struct {
+	*events.MemLog
+	mu    sync.Mutex
+	calls int
+	hook  func(call int, expected uint64, evs []events.Event) error
+}
+
+func (h *hookLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	return h.AppendAsync(ctx, expected, "", evs...).Wait(ctx)
+}
+
+func (h *hookLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
+	h.mu.Lock()
+	h.calls++
+	n, hook := h.calls, h.hook
+	h.mu.Unlock()
+	if hook != nil {
+		if err := hook(n, expected, evs); err != nil {
+			return events.Done{Last: expected, Err: err}
+		}
+	}
+	return h.MemLog.AppendAsync(ctx, expected, prevID, evs...)
+}
+
+var errAckTimeout = errors.New("ack timeout (outcome unknown)")
+
+// The caller that combines a group does not decide the outcome for the
+// others: its context ends during the group's first append attempt (an
+// operator step's timeout, say), the attempt's outcome is unknown, and the
+// group is still retried with the same ids for the caller whose context
+// lives on.
+func TestGroupOutcomeNotDecidedByCombinersContext(t *testing.T) {
+	xctx, xcancel := context.WithCancel(ctxT(t))
+	defer xcancel()
+	log := &hookLog{MemLog: events.NewMemLog()}
+	log.hook = func(call int, _ uint64, evs []events.Event) error {
+		if call == 2 {
+			xcancel() // the combiner's own context ends mid-append
+			return errAckTimeout
+		}
+		return nil
+	}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	registration := func(id uint64, inc string) func(*projections.State) ([]events.Payload, error) {
+		return func(*projections.State) ([]events.Payload, error) {
+			return []events.Payload{events.WorkerRegistered{ID: id, Incarnation: inc, Endpoint: "10.0.0." + inc + ":1"}}, nil
+		}
+	}
+	// y is queued first, by hand, so that x is the only caller competing
+	// for sem: x combines the group [y, x].
+	y := &mutation{ctx: ctxT(t), decide: registration(1, "1"), done: make(chan mutationResult, 1)}
+	tl.qmu.Lock()
+	tl.queue = append(tl.queue, y)
+	tl.qmu.Unlock()
+	xdone := make(chan error, 1)
+	go func() { xdone <- tl.mutate(xctx, "", registration(2, "2")) }()
+	res := <-y.done
+	<-xdone // x's own answer may be its context's error; its event's fate is y's
+	if res.err != nil || res.seen != 2 {
+		t.Fatalf("y (live context): seen %d, err %v; want stored at seq 2", res.seen, res.err)
+	}
+	if err := tl.r.proj.AwaitSeq(ctxT(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	v := tl.r.proj.View()
+	if got := workerList(v); got != "[1,2]" || v.Seq != 3 {
+		t.Fatalf("workers %s at seq %d, want [1,2] at seq 3 (the group stored once)", got, v.Seq)
+	}
+}
+
+// An append whose outcome stays unknown (every attempt's ack lost, its
+// first attempt still in flight) is resent, with the same ids, before
+// anything new is decided: the next decision is made on the state holding
+// the resent group, not on the stale projection under the ids the group may
+// have been stored with. Here the in-flight attempt lands just before the
+// next append: deciding again at the same seq would be fenced (another
+// event under the same id) and its caller told not_leader.
+func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
+	type held struct {
+		expected uint64
+		evs      []events.Event
+	}
+	var inFlight *held
+	log := &hookLog{MemLog: events.NewMemLog()}
+	log.hook = func(call int, expected uint64, evs []events.Event) error {
+		switch {
+		case call >= 2 && call <= 4: // the group's three attempts
+			if inFlight == nil {
+				inFlight = &held{expected, evs}
+			}
+			return errAckTimeout
+		case inFlight != nil: // the first attempt lands now, before this one
+			if _, err := log.MemLog.Append(context.Background(), inFlight.expected, inFlight.evs...); err != nil {
+				return fmt.Errorf("in-flight append: %w", err)
+			}
+			inFlight = nil
+		}
+		return nil
+	}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	ctx := ctxT(t)
+	if err := tl.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"}
+	if rep := tl.register(ctx, a); rep.Error == nil || rep.Error.Code != client.CodeUnavailable {
+		t.Fatalf("register a, outcome unknown: %+v, want an unavailable error", rep)
+	}
+	if rep := tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}); rep.Error != nil || rep.ID != 2 || rep.Epoch != 3 {
+		t.Fatalf("register b after a's unknown outcome: %+v, want id 2 epoch 3", rep)
+	}
+	if n := tl.r.Fenced(); n != 0 {
+		t.Fatalf("%d appends fenced, want 0", n)
+	}
+	// a's registration landed: its retry finds it.
+	if rep := tl.register(ctx, a); rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
+		t.Fatalf("register a again: %+v, want id 1 epoch 2", rep)
+	}
+	v := tl.r.proj.View()
+	if got := workerList(v); got != "[1,2]" || v.Seq != 3 || v.Counters.Rejected != 0 {
+		t.Fatalf("workers %s seq %d rejected %d, want [1,2] at seq 3, none rejected", got, v.Seq, v.Counters.Rejected)
+	}
+	select {
+	case why := <-tl.lost:
+		t.Fatalf("stepped down: %s", why)
+	default:
+	}
+}
+
+// A decision whose event the fold refuses (the leader's own bug) is that
+// caller's error and is not appended: the caller is not told success for
+// an event the projection would reject. The decisions after it in the
+// group are decided on a fresh state and stored.
+func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
+	log := &recLog{MemLog: events.NewMemLog()}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	ctx := ctxT(t)
+	if err := tl.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tl.sem <- struct{}{}
+	var (
+		wg     sync.WaitGroup
+		a, b   client.Reply
+		badErr error
+	)
+	wg.Go(func() { a = tl.register(ctx, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"}) })
+	queued(t, tl.leaderSession, 1)
+	wg.Go(func() {
+		badErr = tl.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
+			// Term 1 started already: the fold rejects it.
+			return []events.Payload{events.TermStarted{Term: 1, Leader: "meta-1"}}, nil
+		})
+	})
+	queued(t, tl.leaderSession, 2)
+	wg.Go(func() { b = tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}) })
+	queued(t, tl.leaderSession, 3)
+	<-tl.sem
+	wg.Wait()
+	if !errors.Is(badErr, errOwnEventRefused) {
+		t.Errorf("refused decision: %v, want errOwnEventRefused", badErr)
+	}
+	if a.Error != nil || a.ID != 1 || a.Epoch != 2 || b.Error != nil || b.ID != 2 || b.Epoch != 3 {
+		t.Errorf("registrations around it: %+v, %+v; want id 1 epoch 2, id 2 epoch 3", a, b)
+	}
+	v := tl.r.proj.View()
+	if got := workerList(v); got != "[1,2]" || v.Seq != 3 || v.Counters.Rejected != 0 {
+		t.Fatalf("workers %s seq %d rejected %d, want [1,2] at seq 3, nothing rejected", got, v.Seq, v.Counters.Rejected)
+	}
+	if got := fmt.Sprint(log.appendSizes()); got != "[1 1 1]" {
+		t.Errorf("append sizes %s, want [1 1 1]: term.started, a, then b on a fresh state", got)
+	}
+	if tl.scratch.Seq != v.Seq || tl.scratch.Hash() != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.scratch.Seq, v.Seq)
+	}
+}
+
+// gatedLog holds back every record from seq from on from readers (the
+// projection) until gate is closed.
+type gatedLog struct {
+	*hookLog
+	from uint64
+	gate chan struct{}
+}
+
+func (g *gatedLog) Watch(ctx context.Context, from uint64, fn func(events.Record) error) error {
+	return g.hookLog.Watch(ctx, from, func(r events.Record) error {
+		if r.Seq >= g.from {
+			select {
+			case <-g.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return fn(r)
+	})
+}
+
+// A caller whose context ends after its mutation was taken into a group
+// gets its real outcome: its event is stored, so it is answered success,
+// once the projection holds it, not with its context's error. (synctest:
+// Wait returns once the caller is answered or blocked, the projection
+// being held back at the gate.)
+func TestGroupTakenCallerGetsRealOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		xctx, xcancel := context.WithCancel(context.Background())
+		defer xcancel()
+		log := &gatedLog{hookLog: &hookLog{MemLog: events.NewMemLog()}, from: 2, gate: make(chan struct{})}
+		log.hook = func(call int, _ uint64, _ []events.Event) error {
+			if call == 2 {
+				xcancel() // during its group's append
+			}
+			return nil
+		}
+		tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+		if err := tl.startTerm(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			seen uint64
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			seen, err := tl.mutateSeen(xctx, "", func(v *projections.State) ([]events.Payload, error) {
+				return []events.Payload{events.WorkerRegistered{ID: v.NextWorkerID, Incarnation: "x", Endpoint: "10.0.0.1:1"}}, nil
+			})
+			done <- result{seen, err}
+		}()
+		synctest.Wait()
+		select {
+		case r := <-done:
+			t.Fatalf("answered (seen %d, err %v) before the projection held its event", r.seen, r.err)
+		default:
+		}
+		close(log.gate)
+		if r := <-done; r.err != nil || r.seen != 2 {
+			t.Fatalf("mutate whose context ended during its append: seen %d, err %v; want stored at seq 2", r.seen, r.err)
+		}
+		if got := tl.r.proj.Seq(); got < 2 {
+			t.Fatalf("answered before the projection held its event (projected seq %d)", got)
+		}
+	})
 }

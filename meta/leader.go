@@ -29,6 +29,7 @@ var ErrDisconnected = errors.New("NATS connection down")
 // with ctx; Replica.lead joins every goroutine before it returns.
 type leaderSession struct {
 	r      *Replica
+	ctx    context.Context // the term's: done when the term ends
 	term   uint64
 	lose   func(reason string)
 	logger zerolog.Logger
@@ -45,6 +46,7 @@ type leaderSession struct {
 	flightEvents int        // their events
 	broken       bool       // a group failed: scratch holds events that may not be stored
 	lastWritten  uint64     // seq of this term's last stored event
+	unsure       *flight    // a group whose append's outcome is unknown: resent before deciding anew
 
 	dmu        sync.Mutex
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
@@ -57,9 +59,10 @@ type leaderSession struct {
 	sched *schedState
 }
 
-func (r *Replica) newLeaderSession(term uint64, lose func(string)) *leaderSession {
+// newLeaderSession starts term; ctx is the term's context (lose must end it).
+func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
-		r: r, term: term, lose: lose,
+		r: r, ctx: ctx, term: term, lose: lose,
 		logger:    r.log.With().Uint64("term", term).Logger(),
 		sem:       make(chan struct{}, 1),
 		deadlines: map[uint64]deadline{},

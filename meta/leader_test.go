@@ -48,7 +48,7 @@ func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, t
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tl := &testLeader{lost: make(chan string, 1), cancel: cancel}
-	tl.leaderSession = r.newLeaderSession(term, func(why string) {
+	tl.leaderSession = r.newLeaderSession(ctx, term, func(why string) {
 		select {
 		case tl.lost <- why:
 		default:

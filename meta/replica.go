@@ -239,7 +239,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 	lctx, cancel := context.WithCancel(ctx)
 	var once sync.Once
 	var reason string
-	l := r.newLeaderSession(term, func(why string) {
+	l := r.newLeaderSession(lctx, term, func(why string) {
 		once.Do(func() {
 			reason = why
 			cancel()

@@ -45,7 +45,7 @@ func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 	if o := l.r.proj.Origin(); o.Snapshot != nil {
 		last = o.Snapshot.Seq
 	}
-	if cfg.SnapshotEvery <= 0 {
+	if cfg.SnapshotEvery <= 0 || cfg.Snapshots == nil {
 		<-ctx.Done()
 		return last
 	}

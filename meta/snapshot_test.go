@@ -193,9 +193,12 @@ func TestLeaderWritesSnapshots(t *testing.T) {
 			t.Fatalf("snapshot %+v is not the stream's state at its seq (hash %s) by meta-1 in term %d", si, c.foldHash(t, si.Seq), term)
 		}
 	}
-	// Fewer than N more events: no periodic snapshot, but one on shutdown.
+	// Up to the seq before the next periodic snapshot falls due (the one
+	// at before + every): none is stored, but one on shutdown is.
 	before := newest(c.list(t))
-	last = c.appendOther(t, term, 30)
+	if extra := int(before + every - 1 - last); extra > 0 {
+		last = c.appendOther(t, term, extra)
+	}
 	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
 	puts.stopping.Store(true)
 	stop()
@@ -204,7 +207,7 @@ func TestLeaderWritesSnapshots(t *testing.T) {
 	// among the 2 kept.
 	got = c.list(t)
 	if len(got) != 2 || got[0].Seq != before || got[1].Seq != last || got[1].Hash != c.foldHash(t, last) {
-		t.Fatalf("after 30 more events (one snapshot every %d) and a clean shutdown: %+v; want the snapshot at %d and the final one at %d", every, got, before, last)
+		t.Fatalf("after events short of the next snapshot (one every %d) and a clean shutdown: %+v; want the snapshot at %d and the final one at %d", every, got, before, last)
 	}
 	var after []putRec
 	for _, p := range puts.all() {
@@ -345,5 +348,25 @@ func TestShutdownReleasesLeaseBeforeFinalSnapshot(t *testing.T) {
 	}
 	if len(list) != 1 || list[0].Seq != last || list[0].Writer != "meta-1" || list[0].LeaderTerm != term || list[0].Hash != want.Hash() {
 		t.Fatalf("stored %+v; want the snapshot of seq %d (hash %s) by meta-1 in term %d", list, last, want.Hash(), term)
+	}
+}
+
+// A replica without a snapshot store runs past many snapshot intervals
+// (SnapshotEvery defaults to 10,000 whether or not there is a store) and
+// keeps leading: no snapshot is attempted. Before the guard, the leader's
+// snapshot goroutine dereferenced the nil store at the first interval and
+// the process crashed.
+func TestLeaderWithoutSnapshotStore(t *testing.T) {
+	c := newSnapCluster(t, 50)
+	r, stop := runSnapReplica(t, "meta-1", c.log, c.lease, nil, 10)
+	term := leaderTerm(t, r)
+	last := c.appendOther(t, term, 35)
+	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
+	if ok, tm := r.Leading(); !ok || tm != term {
+		t.Fatalf("after 35 events with snapshots every 10 and no store: leading %v term %d, want term %d", ok, tm, term)
+	}
+	stop()
+	if l := c.list(t); len(l) != 0 {
+		t.Fatalf("snapshots stored without a store: %+v", l)
 	}
 }

@@ -61,6 +61,7 @@ func Run(t *testing.T, newLog func(t *testing.T) events.Log) {
 		{"AsyncChainRefusedAfterForeign", testAsyncChainRefusedAfterForeign},
 		{"AsyncChainWrongPrev", testAsyncChainWrongPrev},
 		{"AsyncRetryStoredOnce", testAsyncRetryStoredOnce},
+		{"SameIDOtherEventFenced", testSameIDOtherEventFenced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newLog(t))
@@ -676,4 +677,22 @@ func testAsyncRetryStoredOnce(t *testing.T, l events.Log) {
 	wantStored(t, l.AppendAsync(ctxT(t), 4, events.MsgID(5, 4), next...), 8, "retry of a half-landed chained append")
 	wantTail(t, l, 8)
 	checkRecords(t, readAll(t, l, 1), 1, append(append([]events.Event{ev(5, 1)}, batch...), next...))
+}
+
+// The message id alone does not make an append a retry: a writer that
+// decides again on a stale view sends another event under the id (same term,
+// same seq) an earlier append was stored with. That event did not land, so
+// it is fenced, alone or after a recognised prefix of the earlier append.
+func testSameIDOtherEventFenced(t *testing.T, l events.Log) {
+	first := evs(8, 1, 2)
+	mustAppend(t, l, 0, first...)
+	_, err := l.Append(ctxT(t), 0, ev(8, 30))
+	wantFenced(t, err, "another event under the id of seq 1")
+	got, err := l.Append(ctxT(t), 0, first[0], ev(8, 31))
+	wantFenced(t, err, "the stored first event, then another event under the id of seq 2")
+	if got != 1 {
+		t.Fatalf("append of the stored event then another one = %d, want 1 (the stored prefix)", got)
+	}
+	wantTail(t, l, 2)
+	checkRecords(t, readAll(t, l, 1), 1, first)
 }
