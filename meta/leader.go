@@ -46,6 +46,7 @@ type leaderSession struct {
 	flightEvents int        // their events
 	broken       bool       // a group failed: scratch holds events that may not be stored
 	lastWritten  uint64     // seq of this term's last stored event
+	minPipelined int        // minPipelined; tests lower it
 	unsure       *flight    // a group whose append's outcome is unknown: resent before deciding anew
 
 	dmu        sync.Mutex
@@ -63,10 +64,11 @@ type leaderSession struct {
 func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
 		r: r, ctx: ctx, term: term, lose: lose,
-		logger:    r.log.With().Uint64("term", term).Logger(),
-		sem:       make(chan struct{}, 1),
-		deadlines: map[uint64]deadline{},
-		sched:     newSchedState(),
+		logger:       r.log.With().Uint64("term", term).Logger(),
+		sem:          make(chan struct{}, 1),
+		minPipelined: minPipelined,
+		deadlines:    map[uint64]deadline{},
+		sched:        newSchedState(),
 	}
 	if r.cfg.NC != nil {
 		l.reconnects = r.cfg.NC.Stats().Reconnects

@@ -128,6 +128,13 @@ func pipelineLogs(t *testing.T, fn func(t *testing.T, log events.Log)) {
 
 func longAppends(c *Config) { c.AppendTimeout = 10 * time.Second }
 
+// pipelining makes tl send a group while another is in flight however few
+// mutations wait.
+func pipelining(tl *testLeader) *testLeader {
+	tl.minPipelined = 1
+	return tl
+}
+
 // registerAsync registers req in the background; the reply arrives on the
 // returned channel.
 func registerAsync(t *testing.T, tl *testLeader, req client.RegisterRequest) <-chan client.Reply {
@@ -172,7 +179,7 @@ func logTerms(t *testing.T, log events.Log) string {
 func TestPipelinedGroupsInFlight(t *testing.T) {
 	pipelineLogs(t, func(t *testing.T, base events.Log) {
 		g := newGateLog(base)
-		tl := newTestLeader(t, "meta-1", g, clock.NewManual(t0), 1, longAppends)
+		tl := pipelining(newTestLeader(t, "meta-1", g, clock.NewManual(t0), 1, longAppends))
 		if err := tl.startTerm(ctxT(t)); err != nil { // append 1
 			t.Fatal(err)
 		}
@@ -222,7 +229,7 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 		clk := clock.NewManual(t0)
 		ctx := ctxT(t)
 		g := newGateLog(base)
-		old := newTestLeader(t, "meta-1", g, clk, 1, longAppends)
+		old := pipelining(newTestLeader(t, "meta-1", g, clk, 1, longAppends))
 		if err := old.startTerm(ctx); err != nil { // append 1, seq 1
 			t.Fatal(err)
 		}
@@ -270,7 +277,7 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 func TestPipelinedGroupLostAckRetriedOnce(t *testing.T) {
 	pipelineLogs(t, func(t *testing.T, base events.Log) {
 		g := newGateLog(base)
-		tl := newTestLeader(t, "meta-1", g, clock.NewManual(t0), 1, longAppends)
+		tl := pipelining(newTestLeader(t, "meta-1", g, clock.NewManual(t0), 1, longAppends))
 		if err := tl.startTerm(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +321,7 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 	pipelineLogs(t, func(t *testing.T, base events.Log) {
 		clk := clock.NewManual(t0)
 		g := newGateLog(base)
-		tl := newTestLeader(t, "meta-2", g, clk, 2, longAppends)
+		tl := pipelining(newTestLeader(t, "meta-2", g, clk, 2, longAppends))
 		if err := tl.startTerm(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
