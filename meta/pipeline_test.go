@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -154,7 +155,7 @@ func reply(t *testing.T, ch <-chan client.Reply) client.Reply {
 	}
 }
 
-// msgIDs reads the log and renders each record's term and seq.
+// logTerms reads the log and renders each record's seq, type and term.
 func logTerms(t *testing.T, log events.Log) string {
 	t.Helper()
 	var out []string
@@ -368,6 +369,98 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 		v := tl.r.proj.View()
 		if got := workerList(v); v.Seq != 3 || got != "[1]" || v.Counters.StaleTerm != 1 {
 			t.Fatalf("after: seq %d workers %s stale %d", v.Seq, got, v.Counters.StaleTerm)
+		}
+	})
+}
+
+// room bounds what is in flight: at most maxFlights groups, at most
+// maxFlightEvents events with a new group (unless none is in flight), and
+// while one is in flight the next is taken only once minPipelined
+// mutations wait. (synctest: Wait returns once room is blocked.)
+func TestRoomBoundsFlights(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &leaderSession{minPipelined: 3}
+		fly := func(n int) {
+			l.flights = append(l.flights, &flight{evs: make([]events.Event, n), done: make(chan struct{})})
+			l.flightEvents += n
+		}
+		settleHead := func() {
+			l.fmu.Lock()
+			h := l.flights[0]
+			l.flights = l.flights[1:]
+			l.flightEvents -= len(h.evs)
+			l.fmu.Unlock()
+			close(h.done)
+		}
+		// run starts room(n) and returns once it returned or is blocked;
+		// waiting reports which (failing on an error).
+		run := func(n int) chan error {
+			got := make(chan error, 1)
+			go func() { got <- l.room(t.Context(), n) }()
+			synctest.Wait()
+			return got
+		}
+		waiting := func(got chan error) bool {
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("room: %v", err)
+				}
+				return false
+			default:
+				return true
+			}
+		}
+		l.queue = make([]*mutation, 3)
+		for range maxFlights {
+			fly(1)
+		}
+		got := run(0)
+		if !waiting(got) {
+			t.Fatalf("group %d taken with %d in flight", maxFlights+1, maxFlights)
+		}
+		settleHead()
+		synctest.Wait()
+		if waiting(got) {
+			t.Fatal("next group not taken once one of the groups in flight settled")
+		}
+		for len(l.flights) > 0 {
+			settleHead()
+		}
+		// Events in flight.
+		fly(maxFlightEvents - 10)
+		if got := run(10); waiting(got) {
+			t.Fatalf("a group that fits the events bound waits")
+		}
+		got = run(11)
+		if !waiting(got) {
+			t.Fatalf("a group of 11 sent with %d events in flight", maxFlightEvents-10)
+		}
+		settleHead()
+		synctest.Wait()
+		if waiting(got) {
+			t.Fatal("a group not sent once nothing is in flight")
+		}
+		if got := run(2 * maxFlightEvents); waiting(got) {
+			t.Fatal("a group larger than the bound waits with nothing in flight")
+		}
+		// Few queued while a group is in flight: wait for it (the queue
+		// grows meanwhile); enough queued: take them.
+		fly(1)
+		l.queue = make([]*mutation, 2)
+		got = run(0)
+		if !waiting(got) {
+			t.Fatal("2 mutations taken while a group is in flight (minPipelined 3)")
+		}
+		settleHead()
+		synctest.Wait()
+		if waiting(got) {
+			t.Fatal("mutations not taken once nothing is in flight")
+		}
+		fly(1)
+		l.queue = make([]*mutation, 3)
+		if got := run(0); waiting(got) {
+			t.Fatal("3 mutations not taken while a group is in flight (minPipelined 3)")
 		}
 	})
 }
