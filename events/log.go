@@ -44,6 +44,25 @@ type Log interface {
 	// the log moved on. An append of several events stops at the first
 	// failure; the events before it stay appended.
 	Append(ctx context.Context, expectedLast uint64, evs ...Event) (uint64, error)
+	// AppendAsync is Append that returns once evs are sent, so that the
+	// next append can be sent before this one is answered; Wait on the
+	// returned Pending gives what Append would have returned. Appends sent
+	// one after another are stored in the order they were sent.
+	//
+	// prevID chains the append to the one sent before it: when it is not
+	// empty, the first event is stored only if the log's last event is at
+	// expectedLast AND has message id prevID (the id of that earlier
+	// append's last event). Every later event of evs is chained to the one
+	// before it the same way. So if any event of an append is not stored,
+	// no event of a later append chained to it can be stored either —
+	// whatever another writer appended meanwhile, even if its seqs make the
+	// later expected last seqs match the log again. A retry of an event
+	// already stored under its id is stored once, as for Append.
+	//
+	// ctx bounds the sending; Wait's ctx bounds the wait. A log that cannot
+	// keep appends in flight (a replicated stream, MemLog) stores evs before
+	// AppendAsync returns and hands back a Pending that is already answered.
+	AppendAsync(ctx context.Context, expectedLast uint64, prevID string, evs ...Event) Pending
 	// Tail is the seq of the last event, 0 for an empty log.
 	Tail(ctx context.Context) (uint64, error)
 	// Read calls fn for every record from seq from up to the tail as it was
@@ -56,6 +75,22 @@ type Log interface {
 	// returns that error). It fails with ErrCompacted as Read does.
 	Watch(ctx context.Context, from uint64, fn func(Record) error) error
 }
+
+// Pending is an append in flight (Log.AppendAsync).
+type Pending interface {
+	// Wait returns what Append would have: the seq of the last event, or
+	// an error and the seq of the last event known stored. Call it once.
+	Wait(ctx context.Context) (uint64, error)
+}
+
+// Done is a Pending that is already answered.
+type Done struct {
+	Last uint64
+	Err  error
+}
+
+// Wait implements Pending.
+func (d Done) Wait(context.Context) (uint64, error) { return d.Last, d.Err }
 
 // MsgID is the idempotency key of the event that is to get seq under term.
 func MsgID(term, seq uint64) string { return fmt.Sprintf("%d-%d", term, seq) }

@@ -42,23 +42,41 @@ func (l *MemLog) waitChan() <-chan struct{} {
 
 // Append implements Log.
 func (l *MemLog) Append(ctx context.Context, expectedLast uint64, evs ...Event) (uint64, error) {
+	return l.appendChained(ctx, expectedLast, "", evs)
+}
+
+// AppendAsync implements Log: the events are stored (or refused) before it
+// returns, with the same checks as a server's: the expected last seq on
+// every event and, when prevID is set, the message id chain.
+func (l *MemLog) AppendAsync(ctx context.Context, expectedLast uint64, prevID string, evs ...Event) Pending {
+	last, err := l.appendChained(ctx, expectedLast, prevID, evs)
+	return Done{Last: last, Err: err}
+}
+
+func (l *MemLog) appendChained(ctx context.Context, expectedLast uint64, prevID string, evs []Event) (uint64, error) {
 	bodies := make([][]byte, len(evs))
 	for i, ev := range evs {
 		b, err := Encode(ev)
 		if err != nil {
-			return 0, err
+			return expectedLast, err
 		}
 		bodies[i] = b
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return 0, ErrClosed
+		return expectedLast, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return expectedLast, err
 	}
 	last := expectedLast
+	appended := false
+	defer func() {
+		if appended {
+			l.signalLocked()
+		}
+	}()
 	for i, ev := range evs {
 		seq := expectedLast + 1 + uint64(i)
 		id := MsgID(ev.Term, seq)
@@ -77,10 +95,17 @@ func (l *MemLog) Append(ctx context.Context, expectedLast uint64, evs ...Event) 
 			}
 			return last, fmt.Errorf("append seq %d: %w (last seq is %d)", seq, ErrFenced, tail)
 		}
+		if i == 0 && prevID != "" && (tail == 0 || l.recs[tail-1].msgID != prevID) {
+			// The event this append is chained to is not the last.
+			got := ""
+			if tail > 0 {
+				got = l.recs[tail-1].msgID
+			}
+			return last, fmt.Errorf("append seq %d: %w (last msg id is %q, want %q)", seq, ErrFenced, got, prevID)
+		}
 		l.recs = append(l.recs, memRec{data: bodies[i], msgID: id})
-		last = seq
+		last, appended = seq, true
 	}
-	l.signalLocked()
 	return last, nil
 }
 

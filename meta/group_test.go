@@ -33,6 +33,10 @@ type midFence struct {
 }
 
 func (r *recLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	return r.AppendAsync(ctx, expected, "", evs...).Wait(ctx)
+}
+
+func (r *recLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
 	r.mu.Lock()
 	r.sizes = append(r.sizes, len(evs))
 	f := r.fail
@@ -43,17 +47,17 @@ func (r *recLog) Append(ctx context.Context, expected uint64, evs ...events.Even
 	}
 	r.mu.Unlock()
 	if f == nil {
-		return r.MemLog.Append(ctx, expected, evs...)
+		return r.MemLog.AppendAsync(ctx, expected, prevID, evs...)
 	}
-	last, err := r.MemLog.Append(ctx, expected, evs[:f.stored]...)
+	last, err := r.MemLog.AppendAsync(ctx, expected, prevID, evs[:f.stored]...).Wait(ctx)
 	if err != nil {
-		return last, err
+		return events.Done{Last: last, Err: err}
 	}
 	if _, err := r.MemLog.Append(ctx, last, f.foreign); err != nil {
-		return last, err
+		return events.Done{Last: last, Err: err}
 	}
 	_, err = r.MemLog.Append(ctx, last, evs[f.stored:]...)
-	return last, err
+	return events.Done{Last: last, Err: err}
 }
 
 func (r *recLog) appendSizes() []int {
@@ -301,16 +305,20 @@ type hookLog struct {
 }
 
 func (h *hookLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	return h.AppendAsync(ctx, expected, "", evs...).Wait(ctx)
+}
+
+func (h *hookLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
 	h.mu.Lock()
 	h.calls++
 	n, hook := h.calls, h.hook
 	h.mu.Unlock()
 	if hook != nil {
 		if err := hook(n, expected, evs); err != nil {
-			return expected, err
+			return events.Done{Last: expected, Err: err}
 		}
 	}
-	return h.MemLog.Append(ctx, expected, evs...)
+	return h.MemLog.AppendAsync(ctx, expected, prevID, evs...)
 }
 
 var errAckTimeout = errors.New("ack timeout (outcome unknown)")

@@ -35,12 +35,19 @@ type leaderSession struct {
 	logger zerolog.Logger
 
 	// Mutations are decided and appended in groups (see group.go).
-	sem         chan struct{}      // held by the goroutine deciding and appending a group
-	qmu         sync.Mutex         // guards queue
-	queue       []*mutation        // submitted, not yet decided
-	scratch     *projections.State // with sem: the projection plus this term's appended events; nil: rebuild
-	lastWritten uint64             // with sem: seq of this term's last stored event
-	unsure      *pendingAppend     // with sem: a group whose append's outcome is unknown
+	sem     chan struct{}      // held by the goroutine deciding and sending a group
+	qmu     sync.Mutex         // guards queue
+	queue   []*mutation        // submitted, not yet decided
+	scratch *projections.State // with sem: the projection plus this term's sent events; nil: rebuild
+	tail    *flight            // with sem: the last group with events sent since scratch was rebuilt
+
+	fmu          sync.Mutex // guards the fields below
+	flights      []*flight  // groups with events sent and not settled, in order
+	flightEvents int        // their events
+	broken       bool       // a group failed: scratch holds events that may not be stored
+	lastWritten  uint64     // seq of this term's last stored event
+	minPipelined int        // minPipelined; tests lower it
+	unsure       *flight    // a group whose append's outcome is unknown: resent before deciding anew
 
 	dmu        sync.Mutex
 	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
@@ -57,10 +64,11 @@ type leaderSession struct {
 func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
 		r: r, ctx: ctx, term: term, lose: lose,
-		logger:    r.log.With().Uint64("term", term).Logger(),
-		sem:       make(chan struct{}, 1),
-		deadlines: map[uint64]deadline{},
-		sched:     newSchedState(),
+		logger:       r.log.With().Uint64("term", term).Logger(),
+		sem:          make(chan struct{}, 1),
+		minPipelined: minPipelined,
+		deadlines:    map[uint64]deadline{},
+		sched:        newSchedState(),
 	}
 	if r.cfg.NC != nil {
 		l.reconnects = r.cfg.NC.Stats().Reconnects

@@ -193,16 +193,31 @@ func (h *appendHook) arm(f func()) <-chan struct{} {
 }
 
 func (h *appendHook) Append(ctx context.Context, expectedLast uint64, evs ...events.Event) (uint64, error) {
+	return h.AppendAsync(ctx, expectedLast, "", evs...).Wait(ctx)
+}
+
+func (h *appendHook) AppendAsync(ctx context.Context, expectedLast uint64, prevID string, evs ...events.Event) events.Pending {
 	f := h.next.Swap(nil)
 	if f != nil {
 		go (*f)()
 	}
-	seq, err := h.Log.Append(ctx, expectedLast, evs...)
-	if f != nil && !errors.Is(err, events.ErrFenced) {
+	return &hookedPending{h: h, p: h.Log.AppendAsync(ctx, expectedLast, prevID, evs...), lose: f != nil}
+}
+
+// hookedPending is an append in flight through an appendHook.
+type hookedPending struct {
+	h    *appendHook
+	p    events.Pending
+	lose bool // the ack is lost
+}
+
+func (p *hookedPending) Wait(ctx context.Context) (uint64, error) {
+	seq, err := p.p.Wait(ctx)
+	if p.lose && !errors.Is(err, events.ErrFenced) {
 		err = fmt.Errorf("ack lost (test): outcome unknown (the append returned seq %d, error %v)", seq, err)
 	}
 	if err != nil && !errors.Is(err, events.ErrFenced) {
-		h.unknown.Add(1)
+		p.h.unknown.Add(1)
 	}
 	return seq, err
 }

@@ -57,6 +57,10 @@ func Run(t *testing.T, newLog func(t *testing.T) events.Log) {
 		{"RetrySameAppend", testRetrySameAppend},
 		{"RetryMultiAfterPrefix", testRetryMultiAfterPrefix},
 		{"RetryAfterOtherWrites", testRetryAfterOtherWrites},
+		{"AsyncChained", testAsyncChained},
+		{"AsyncChainRefusedAfterForeign", testAsyncChainRefusedAfterForeign},
+		{"AsyncChainWrongPrev", testAsyncChainWrongPrev},
+		{"AsyncRetryStoredOnce", testAsyncRetryStoredOnce},
 		{"SameIDOtherEventFenced", testSameIDOtherEventFenced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -597,6 +601,82 @@ func testRetryAfterOtherWrites(t *testing.T, l events.Log) {
 	wantFenced(t, err, "retry whose second event's seq another writer took")
 	wantTail(t, l, 2)
 	checkRecords(t, readAll(t, l, 1), 1, []events.Event{mine[0], other})
+}
+
+// wait waits for an append in flight.
+func wait(t *testing.T, p events.Pending) (uint64, error) {
+	t.Helper()
+	return p.Wait(ctxT(t))
+}
+
+func wantStored(t *testing.T, p events.Pending, want uint64, what string) {
+	t.Helper()
+	if got, err := wait(t, p); err != nil || got != want {
+		t.Fatalf("%s = %d, %v; want %d, nil", what, got, err, want)
+	}
+}
+
+// Appends sent one after another, each chained to the one before, before
+// any is answered: all land, in order.
+func testAsyncChained(t *testing.T, l events.Log) {
+	mustAppend(t, l, 0, ev(1, 1))
+	ctx := ctxT(t)
+	p1 := l.AppendAsync(ctx, 1, "", evs(1, 2, 3)...)
+	p2 := l.AppendAsync(ctx, 4, events.MsgID(1, 4), evs(1, 5, 2)...)
+	p3 := l.AppendAsync(ctx, 6, events.MsgID(1, 6), ev(1, 7))
+	wantStored(t, p1, 4, "first append")
+	wantStored(t, p2, 6, "second append, chained to the first")
+	wantStored(t, p3, 7, "third append, chained to the second")
+	wantTail(t, l, 7)
+	checkRecords(t, readAll(t, l, 1), 1, evs(1, 1, 7))
+}
+
+// Another writer appended as many events as the first of two chained
+// appends carries: the first is fenced, and the second, whose expected
+// last seq now matches the log, must not land after the foreign events
+// either: it is chained to an event that was not stored.
+func testAsyncChainRefusedAfterForeign(t *testing.T, l events.Log) {
+	mustAppend(t, l, 0, ev(3, 1))
+	foreign := evs(4, 50, 2)
+	mustAppend(t, l, 1, foreign...)
+	ctx := ctxT(t)
+	p1 := l.AppendAsync(ctx, 1, events.MsgID(3, 1), evs(3, 10, 2)...)
+	p2 := l.AppendAsync(ctx, 3, events.MsgID(3, 3), evs(3, 20, 2)...)
+	_, err := wait(t, p1)
+	wantFenced(t, err, "append whose seqs another writer took")
+	_, err = wait(t, p2)
+	wantFenced(t, err, "append chained to a fenced one, expected last seq matching the log")
+	wantTail(t, l, 3)
+	checkRecords(t, readAll(t, l, 1), 1, append([]events.Event{ev(3, 1)}, foreign...))
+}
+
+// An append chained to an id that is not the last event's is fenced even
+// when its expected last seq matches; chained to the right id it lands.
+func testAsyncChainWrongPrev(t *testing.T, l events.Log) {
+	mustAppend(t, l, 0, evs(1, 1, 2)...)
+	_, err := wait(t, l.AppendAsync(ctxT(t), 2, events.MsgID(1, 1), ev(1, 3)))
+	wantFenced(t, err, "append chained to an event that is not the last")
+	_, err = wait(t, l.AppendAsync(ctxT(t), 2, events.MsgID(2, 2), evs(1, 3, 2)...))
+	wantFenced(t, err, "append chained to another term's id at the last seq")
+	wantTail(t, l, 2)
+	wantStored(t, l.AppendAsync(ctxT(t), 2, events.MsgID(1, 2), evs(1, 3, 2)...), 4, "append chained to the last event")
+	checkRecords(t, readAll(t, l, 1), 1, evs(1, 1, 4))
+}
+
+// An append in flight whose answer was lost is retried with the same
+// events (same ids): stored once, chained or not, in part or in whole.
+func testAsyncRetryStoredOnce(t *testing.T, l events.Log) {
+	mustAppend(t, l, 0, ev(5, 1))
+	batch := evs(5, 2, 3)
+	wantStored(t, l.AppendAsync(ctxT(t), 1, events.MsgID(5, 1), batch...), 4, "append")
+	wantStored(t, l.AppendAsync(ctxT(t), 1, events.MsgID(5, 1), batch...), 4, "its chained retry")
+	wantStored(t, l.AppendAsync(ctxT(t), 1, "", batch...), 4, "its retry without the chain")
+	// Half of the next one landed; its retry stores the rest once.
+	next := evs(5, 5, 4)
+	mustAppend(t, l, 4, next[:2]...)
+	wantStored(t, l.AppendAsync(ctxT(t), 4, events.MsgID(5, 4), next...), 8, "retry of a half-landed chained append")
+	wantTail(t, l, 8)
+	checkRecords(t, readAll(t, l, 1), 1, append(append([]events.Event{ev(5, 1)}, batch...), next...))
 }
 
 // The message id alone does not make an append a retry: a writer that

@@ -43,26 +43,107 @@ import (
 // failed events (and of the ones after them) unknown: retry the same call,
 // or re-read the log.
 func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Event) (uint64, error) {
-	msgs := make([]*nats.Msg, len(evs))
-	for i, ev := range evs {
-		body, err := events.Encode(ev)
-		if err != nil {
-			return 0, fmt.Errorf("natslog: append: %w", err)
-		}
-		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
+	msgs, err := l.messages(evs)
+	if err != nil {
+		return expectedLast, err
 	}
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
 	switch {
-	case len(msgs) == 1:
+	case len(msgs) == 1 && !l.replicated:
 		seq := expectedLast + 1
 		if err := l.publish(ctx, msgs[0], seq, events.MsgID(evs[0].Term, seq)); err != nil {
 			return expectedLast, err
 		}
 		return seq, nil
 	case !l.replicated:
-		return l.pipeline(ctx, expectedLast, evs, msgs)
+		return l.send(expectedLast, "", evs, msgs).Wait(ctx)
 	}
+	return l.appendReplicated(ctx, expectedLast, evs, msgs)
+}
+
+// AppendAsync implements events.Log. On a single server the events are
+// published as Append's pipeline, the first one also carrying
+// Nats-Expected-Last-Msg-Id prevID when it is set, and the returned Pending
+// settles their acks; the next append can be sent chained to this one at
+// once. A replicated stream checks the msg-id chain only after it registered
+// the Msg-Id (see Append), so there the append is made before AppendAsync
+// returns, as Append makes it, and prevID is checked against the id of the
+// last event this Log stored: an append chained to one that this Log did
+// not see stored completely is fenced without being sent.
+func (l *Log) AppendAsync(ctx context.Context, expectedLast uint64, prevID string, evs ...events.Event) events.Pending {
+	msgs, err := l.messages(evs)
+	if err != nil {
+		return events.Done{Last: expectedLast, Err: err}
+	}
+	if !l.replicated {
+		return l.send(expectedLast, prevID, evs, msgs)
+	}
+	ctx, cancel := l.reqCtx(ctx)
+	defer cancel()
+	if err := l.checkPrev(ctx, expectedLast, prevID); err != nil {
+		return events.Done{Last: expectedLast, Err: fmt.Errorf("natslog: append %s: %w", events.MsgID(evs[0].Term, expectedLast+1), err)}
+	}
+	last, err := l.appendReplicated(ctx, expectedLast, evs, msgs)
+	return events.Done{Last: last, Err: err}
+}
+
+// checkPrev checks, for a replicated stream, that seq expectedLast holds the
+// event with msg id prevID (AppendAsync's chain): at once when it is the
+// last event this Log stored, else by reading it. With the batch's expected
+// last seq, the batch then lands only right after that event.
+func (l *Log) checkPrev(ctx context.Context, expectedLast uint64, prevID string) error {
+	if prevID == "" {
+		return nil
+	}
+	l.mu.Lock()
+	known := l.lastID == prevID && l.lastSeq == expectedLast
+	l.mu.Unlock()
+	if known {
+		return nil
+	}
+	if expectedLast == 0 {
+		return fmt.Errorf("%w: chained to %s on an empty log", events.ErrFenced, prevID)
+	}
+	m, err := l.stream.GetMsg(ctx, expectedLast)
+	switch {
+	case err == nil && m.Header.Get(jetstream.MsgIDHeader) == prevID:
+		return nil
+	case err == nil:
+		return fmt.Errorf("%w: chained to %s, and seq %d holds %q", events.ErrFenced, prevID, expectedLast, m.Header.Get(jetstream.MsgIDHeader))
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("%w: chained to %s, and seq %d holds nothing", events.ErrFenced, prevID, expectedLast)
+	default:
+		return fmt.Errorf("chained to %s, not sent: reading seq %d failed: %w", prevID, expectedLast, err)
+	}
+}
+
+// messages encodes evs as messages on their subjects.
+func (l *Log) messages(evs []events.Event) ([]*nats.Msg, error) {
+	msgs := make([]*nats.Msg, len(evs))
+	for i, ev := range evs {
+		body, err := events.Encode(ev)
+		if err != nil {
+			return nil, fmt.Errorf("natslog: append: %w", err)
+		}
+		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
+	}
+	return msgs, nil
+}
+
+// appendReplicated appends to a replicated stream in atomic batches and
+// records the id of the last event stored (AppendAsync's chain check).
+func (l *Log) appendReplicated(ctx context.Context, expectedLast uint64, evs []events.Event, msgs []*nats.Msg) (uint64, error) {
+	last, err := l.batches(ctx, expectedLast, evs, msgs)
+	if last > expectedLast {
+		l.mu.Lock()
+		l.lastID, l.lastSeq = events.MsgID(evs[last-expectedLast-1].Term, last), last
+		l.mu.Unlock()
+	}
+	return last, err
+}
+
+func (l *Log) batches(ctx context.Context, expectedLast uint64, evs []events.Event, msgs []*nats.Msg) (uint64, error) {
 	last := expectedLast
 	for len(msgs) > 0 {
 		n := min(len(msgs), maxBatch)
@@ -86,11 +167,21 @@ func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Eve
 	return last, nil
 }
 
-// pipeline publishes msgs asynchronously with the msg-id chain (see
-// Append), then settles their acks in order, stopping at the first failure.
-func (l *Log) pipeline(ctx context.Context, expectedLast uint64, evs []events.Event, msgs []*nats.Msg) (uint64, error) {
-	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
-	var sendErr error
+// pipeline is a pipelined append in flight: its messages are published, its
+// acks not yet settled.
+type pipeline struct {
+	l            *Log
+	expectedLast uint64
+	evs          []events.Event
+	msgs         []*nats.Msg
+	futs         []jetstream.PubAckFuture
+	sendErr      error
+}
+
+// send publishes msgs asynchronously with the msg-id chain (see Append),
+// the first one chained to prevID when it is set.
+func (l *Log) send(expectedLast uint64, prevID string, evs []events.Event, msgs []*nats.Msg) *pipeline {
+	p := &pipeline{l: l, expectedLast: expectedLast, evs: evs, msgs: msgs, futs: make([]jetstream.PubAckFuture, 0, len(msgs))}
 	for i, m := range msgs {
 		seq := expectedLast + 1 + uint64(i)
 		opts := []jetstream.PublishOpt{
@@ -98,19 +189,30 @@ func (l *Log) pipeline(ctx context.Context, expectedLast uint64, evs []events.Ev
 			jetstream.WithExpectLastSequence(seq - 1),
 			jetstream.WithMsgID(events.MsgID(evs[i].Term, seq)),
 		}
-		if i > 0 {
+		switch {
+		case i > 0:
 			opts = append(opts, jetstream.WithExpectLastMsgID(events.MsgID(evs[i-1].Term, seq-1)))
+		case prevID != "":
+			opts = append(opts, jetstream.WithExpectLastMsgID(prevID))
 		}
 		f, err := l.js.PublishMsgAsync(m, opts...)
 		if err != nil {
-			sendErr = fmt.Errorf("natslog: append %s at seq %d not sent: %w", events.MsgID(evs[i].Term, seq), seq, err)
+			p.sendErr = fmt.Errorf("natslog: append %s at seq %d not sent: %w", events.MsgID(evs[i].Term, seq), seq, err)
 			break
 		}
-		futs = append(futs, f)
+		p.futs = append(p.futs, f)
 	}
-	last := expectedLast
-	for i, f := range futs {
-		seq := expectedLast + 1 + uint64(i)
+	return p
+}
+
+// Wait implements events.Pending: it settles the acks in order, stopping
+// at the first failure.
+func (p *pipeline) Wait(ctx context.Context) (uint64, error) {
+	ctx, cancel := p.l.reqCtx(ctx)
+	defer cancel()
+	last := p.expectedLast
+	for i, f := range p.futs {
+		seq := p.expectedLast + 1 + uint64(i)
 		var (
 			ack *jetstream.PubAck
 			err error
@@ -121,12 +223,12 @@ func (l *Log) pipeline(ctx context.Context, expectedLast uint64, evs []events.Ev
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		if err := l.settle(ctx, msgs[i], seq, events.MsgID(evs[i].Term, seq), ack, err); err != nil {
+		if err := p.l.settle(ctx, p.msgs[i], seq, events.MsgID(p.evs[i].Term, seq), ack, err); err != nil {
 			return last, err
 		}
 		last = seq
 	}
-	return last, sendErr
+	return last, p.sendErr
 }
 
 // maxBatch is the most events one atomic batch carries: the server's

@@ -128,6 +128,10 @@ type Log struct {
 	// replicated: the stream has more than one replica, so appends of
 	// several events are atomic batches rather than a pipeline (Append).
 	replicated bool
+
+	mu      sync.Mutex
+	lastID  string // replicated: msg id of the last event this Log stored,
+	lastSeq uint64 // at this seq
 }
 
 var _ events.Log = (*Log)(nil)
