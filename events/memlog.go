@@ -90,16 +90,16 @@ func (l *MemLog) appendChained(ctx context.Context, expectedLast uint64, prevID 
 				last = seq
 				continue
 			}
-			if seq <= tail && l.recs[seq-1].msgID == id {
+			if seq <= tail && seq > l.dropped && l.recs[seq-1-l.dropped].msgID == id {
 				return last, fmt.Errorf("append seq %d: %w: it holds another event under id %s", seq, ErrFenced, id)
 			}
 			return last, fmt.Errorf("append seq %d: %w (last seq is %d)", seq, ErrFenced, tail)
 		}
-		if i == 0 && prevID != "" && (tail == 0 || l.recs[tail-1].msgID != prevID) {
+		if i == 0 && prevID != "" && (tail <= l.dropped || l.recs[tail-1-l.dropped].msgID != prevID) {
 			// The event this append is chained to is not the last.
 			got := ""
-			if tail > 0 {
-				got = l.recs[tail-1].msgID
+			if tail > l.dropped {
+				got = l.recs[tail-1-l.dropped].msgID
 			}
 			return last, fmt.Errorf("append seq %d: %w (last msg id is %q, want %q)", seq, ErrFenced, got, prevID)
 		}
