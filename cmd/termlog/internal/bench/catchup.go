@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
@@ -24,23 +22,11 @@ func (r *run) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, err := r.server()
-	if err != nil {
-		return err
-	}
-	nc, err := e.connect("bench-catchup")
+	nc, _, log, err := r.replayLog(ctx, "catchup")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	log, err := r.replayLog(ctx, nc, js, "catchup")
-	if err != nil {
-		return err
-	}
 	snaps, err := natslog.OpenSnapshots(ctx, log)
 	if err != nil {
 		return err

@@ -26,23 +26,11 @@ func (r *run) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, err := r.server()
-	if err != nil {
-		return err
-	}
-	nc, err := e.connect("bench-replay")
+	nc, js, log, err := r.replayLog(ctx, "replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	log, err := r.replayLog(ctx, nc, js, "replay")
-	if err != nil {
-		return err
-	}
 	n := len(w.bodies)
 	bound := r.cfg.PhaseTimeout
 
@@ -173,29 +161,51 @@ func (r *run) replay(ctx context.Context) error {
 	return nil
 }
 
-// replayLog opens the stream of the replay workload on nc, filling it on
-// first use: the replay and catch-up groups read the same stream.
-func (r *run) replayLog(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, group string) (*natslog.Log, error) {
+// replayLog connects to the bench server as "bench-<group>" and opens the
+// stream of the replay workload, filling it on first use. The caller closes
+// the connection.
+func (r *run) replayLog(ctx context.Context, group string) (*nats.Conn, jetstream.JetStream, *natslog.Log, error) {
 	w, err := r.workload()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
+	}
+	e, err := r.server()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nc, err := e.connect("bench-" + group)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	js, log, err := r.fillReplay(ctx, nc, w, group)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return nc, js, log, nil
+}
+
+func (r *run) fillReplay(ctx context.Context, nc *nats.Conn, w *workload, group string) (jetstream.JetStream, *natslog.Log, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
 	}
 	log, err := openLog(ctx, nc, replayCluster)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if r.replayFilled {
-		return log, nil
+		return js, log, nil
 	}
 	n := len(w.bodies)
 	r.progress("%s: publishing %d events into stream %s", group, n, log.Stream())
 	took, err := fill(ctx, js, log, w.events, w.bodies)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.replayFilled = true
 	r.progress("%s: published %d events in %s (%.0f events/s)", group, n, took.Round(time.Millisecond), float64(n)/took.Seconds())
-	return log, nil
+	return js, log, nil
 }
 
 // cpuPerEvent collects the process CPU time per event of a series of passes.
