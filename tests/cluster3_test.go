@@ -166,15 +166,7 @@ func TestCluster3StreamLeaderDown(t *testing.T) {
 	for i := range 3 {
 		c.startWorker(fmt.Sprintf("w%d", i), c.urls(i), 200*time.Millisecond)
 	}
-	eventually(t, 20*time.Second, "a leader with 3 running workers and recovery complete", func() bool {
-		l, _ := leaderOf(nodes...)
-		if l == nil || len(l.View().ListWorkers()) != 3 {
-			return false
-		}
-		r, ok := currentRecovery(l)
-		return ok && r.State == meta.RecoveryComplete
-	})
-	leader, term := leaderOf(nodes...)
+	leader, term := recoveredLeader(t, 20*time.Second, 3, nodes...)
 	home := c.index(leader.nc.ConnectedServerName())
 	victim := (home + 1) % 3
 	// The stream is led from the victim, the lease bucket is not: only the
@@ -246,15 +238,7 @@ func TestCluster3MetaLeaderServerDown(t *testing.T) {
 	for i := range 3 {
 		c.startWorker(fmt.Sprintf("w%d", i), c.urls(i), 200*time.Millisecond)
 	}
-	eventually(t, 20*time.Second, "a leader with 3 running workers and recovery complete", func() bool {
-		l, _ := leaderOf(nodes...)
-		if l == nil || len(l.View().ListWorkers()) != 3 {
-			return false
-		}
-		r, ok := currentRecovery(l)
-		return ok && r.State == meta.RecoveryComplete
-	})
-	old, oldTerm := leaderOf(nodes...)
+	old, oldTerm := recoveredLeader(t, 20*time.Second, 3, nodes...)
 	home := c.index(old.nc.ConnectedServerName())
 	t.Logf("meta leader %s (term %d) on %s", old.ID(), oldTerm, c.cfgs[home].Name)
 

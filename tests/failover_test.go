@@ -21,15 +21,7 @@ func TestLeaderKilledWhileWorkersHeartbeat(t *testing.T) {
 	for i := range 3 {
 		workers = append(workers, c.startWorker(freePort(t), fmt.Sprintf("w%d", i), 200*time.Millisecond))
 	}
-	eventually(t, 15*time.Second, "3 running workers and a recovered leader", func() bool {
-		l, _ := leaderOf(nodes...)
-		if l == nil || len(l.View().ListWorkers()) != 3 {
-			return false
-		}
-		r, ok := currentRecovery(l)
-		return ok && r.State == meta.RecoveryComplete
-	})
-	old, oldTerm := leaderOf(nodes...)
+	old, oldTerm := recoveredLeader(t, 15*time.Second, 3, nodes...)
 	before := workerIDs(old.View())
 
 	killed := time.Now()

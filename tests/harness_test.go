@@ -355,6 +355,26 @@ func leaderOf(nodes ...*metaNode) (*metaNode, uint64) {
 	return nil, 0
 }
 
+// recoveredLeader waits until one of nodes leads with the given number of
+// workers in its view and the recovery of its current term complete, and
+// returns that leader with its term.
+func recoveredLeader(t *testing.T, within time.Duration, workers int, nodes ...*metaNode) (*metaNode, uint64) {
+	t.Helper()
+	var (
+		leader *metaNode
+		term   uint64
+	)
+	eventually(t, within, fmt.Sprintf("a leader with %d running workers and recovery complete", workers), func() bool {
+		leader, term = leaderOf(nodes...)
+		if leader == nil || len(leader.View().ListWorkers()) != workers {
+			return false
+		}
+		r, ok := currentRecovery(leader)
+		return ok && r.State == meta.RecoveryComplete
+	})
+	return leader, term
+}
+
 func currentRecovery(n *metaNode) (meta.Recovery, bool) {
 	terms := n.Terms()
 	if len(terms) == 0 {
