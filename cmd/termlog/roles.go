@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,20 +263,8 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			octx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			log, err := natslog.Open(octx, nc, g.readConfig())
-			if err != nil {
-				return err
-			}
-			snaps, err := readSnapshots(octx, log, useSnaps)
-			if err != nil {
-				return err
-			}
-			st, err := logstore.OpenStore(logstore.StoreConfig{
-				Host:    logstore.Config{StoreID: id, DataDir: data, RaftAddr: addr, LogDB: o.logDB, TLS: o.peer.raft()},
-				Cluster: g.cluster, NC: nc, Log: log, Logger: lg, Snapshots: snaps,
-			})
+			o.replicas = int(g.replicas)
+			st, err := startStore(cmd.Context(), nc, g.cluster, id, data, addr, useSnaps, o, lg)
 			if err != nil {
 				return err
 			}

@@ -202,7 +202,12 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 			return err
 		}
 		defer nc.Close()
-		st, err := startStore(ctx, nc, g.cluster, id, filepath.Join(data, id), o, lg)
+		dir := filepath.Join(data, id)
+		addr, err := raftAddr(dir)
+		if err != nil {
+			return err
+		}
+		st, err := startStore(ctx, nc, g.cluster, id, dir, addr, o.snapEvery != 0, o, lg)
 		if err != nil {
 			return err
 		}
@@ -349,7 +354,10 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	})
 }
 
-func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
+// startStore opens a log store (of up and of the logstore role) with its
+// Raft address addr and data dir dir, its projection starting from the
+// newest snapshot when useSnaps.
+func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir, addr string, useSnaps bool, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// A store may only read the stream: it binds to the one the metas made.
@@ -357,11 +365,7 @@ func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir string, o u
 	if err != nil {
 		return nil, err
 	}
-	addr, err := raftAddr(dir)
-	if err != nil {
-		return nil, err
-	}
-	snaps, err := readSnapshots(octx, log, o.snapEvery != 0)
+	snaps, err := readSnapshots(octx, log, useSnaps)
 	if err != nil {
 		return nil, err
 	}
