@@ -256,8 +256,10 @@ func TestImpersonatedWorkerRefused(t *testing.T) {
 		t.Fatalf("deregister without an incarnation: %+v, %v", rep, err)
 	}
 
-	// Two worker timeouts later the real worker is still there, unchanged.
-	time.Sleep(2 * opts.workerTimeout)
+	// Once a canary that died after the forgeries is expired, a full worker
+	// timeout has passed with expiry running: the real worker is still
+	// there, unchanged.
+	c.expiredCanary(t, leader)
 	v := converged(t, leader.log, nodes...)
 	w, ok := v.Worker(ref.ID)
 	if !ok || w.Epoch != ref.Epoch || w.Incarnation != "real-incarnation" || w.State != projections.WorkerRunning {
@@ -266,10 +268,11 @@ func TestImpersonatedWorkerRefused(t *testing.T) {
 	if got := real.w.Ref(); got != ref {
 		t.Fatalf("real worker re-registered: %+v -> %+v", ref, got)
 	}
-	for _, typ := range []string{events.TypeWorkerDeregistered, events.TypeWorkerExpired} {
-		if n := countType(t, leader, typ); n != 0 {
-			t.Fatalf("%d %s events", n, typ)
-		}
+	if n := countType(t, leader, events.TypeWorkerDeregistered); n != 0 {
+		t.Fatalf("%d %s events", n, events.TypeWorkerDeregistered)
+	}
+	if n := countType(t, leader, events.TypeWorkerExpired); n != 1 {
+		t.Fatalf("%d %s events, want 1 (the canary)", n, events.TypeWorkerExpired)
 	}
 	if after := real.agent.Stats(); !after.Active || after.Resets != stats.Resets || after.Accepted != stats.Accepted || after.Refused != stats.Refused {
 		t.Fatalf("real worker's control stream changed: %+v -> %+v", stats, after)

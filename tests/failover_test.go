@@ -50,14 +50,7 @@ func TestLeaderKilledWhileWorkersHeartbeat(t *testing.T) {
 	// A canary registers under the new leader and dies. Once the new leader
 	// has expired it, a full worker timeout has passed with expiry running:
 	// the workers that kept heartbeating must all still be there.
-	canary := c.startWorker(freePort(t), "canary", 200*time.Millisecond)
-	eventually(t, 10*time.Second, "the canary registered", func() bool { return canary.w.Ref().ID != 0 })
-	canaryID := canary.w.Ref().ID
-	canary.stop()
-	eventually(t, 15*time.Second, "the canary expired by the new leader", func() bool {
-		_, ok := newLeader.View().Worker(canaryID)
-		return !ok
-	})
+	c.expiredCanary(t, newLeader)
 	v := converged(t, rest[0].log, rest...)
 	if got := workerIDs(v); got != before {
 		t.Fatalf("workers changed across failover: %s -> %s", before, got)

@@ -375,6 +375,21 @@ func recoveredLeader(t *testing.T, within time.Duration, workers int, nodes ...*
 	return leader, term
 }
 
+// expiredCanary registers a worker that then dies, and waits until leader
+// has expired it: a full worker timeout has then passed with the leader's
+// expiry running. It adds one worker.expired event to the stream.
+func (c *cluster_) expiredCanary(t *testing.T, leader *metaNode) {
+	t.Helper()
+	canary := c.startWorker(freePort(t), "canary", 200*time.Millisecond)
+	eventually(t, 10*time.Second, "the canary registered", func() bool { return canary.w.Ref().ID != 0 })
+	id := canary.w.Ref().ID
+	canary.stop()
+	eventually(t, 15*time.Second, "the canary expired by "+leader.ID(), func() bool {
+		_, ok := leader.View().Worker(id)
+		return !ok
+	})
+}
+
 func currentRecovery(n *metaNode) (meta.Recovery, bool) {
 	terms := n.Terms()
 	if len(terms) == 0 {
