@@ -125,29 +125,19 @@ func checkR3(t *testing.T, nc *nats.Conn) {
 	if seq, err := l.Append(ctxT(t), 0, ev(1, 0)); err != nil || seq != 1 {
 		t.Fatalf("Append = %d, %v", seq, err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	if info := st.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		t.Fatalf("stream replicas %d, cluster %+v", info.Config.Replicas, info.Cluster)
 	}
-	testReplicatedAppends(t, nc, js)
+	testReplicatedAppends(t, nc)
 }
 
 // testReplicatedAppends: appends of several events to a replicated stream
 // are atomic batches; they keep the Log contract (the logtest suite's
 // append cases, checked through the stream API rather than Read).
-func testReplicatedAppends(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
+func testReplicatedAppends(t *testing.T, nc *nats.Conn) {
 	l := open(t, nc, natslog.Config{Cluster: "r3batch", Replicas: 3})
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	if !st.CachedInfo().Config.AllowAtomicPublish {
 		t.Fatal("replicated stream does not allow atomic batches")
 	}

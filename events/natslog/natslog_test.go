@@ -107,6 +107,21 @@ func TestCompactionConformance(t *testing.T) {
 	})
 }
 
+// streamOf is l's stream through the JetStream API on nc, to inspect or
+// change it behind l's back.
+func streamOf(t *testing.T, nc *nats.Conn, l *natslog.Log) jetstream.Stream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctxT(t), l.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // purger compacts l by purging its stream below a seq.
 func purger(t *testing.T, nc *nats.Conn, l *natslog.Log) logtest.Compact {
 	return func(before uint64) error {
@@ -609,14 +624,7 @@ func TestReadersCleanUp(t *testing.T) {
 	if _, err := l.Append(ctxT(t), 0, ev(1, 0), ev(1, 1), ev(1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	// Warm up: the first request makes the connection's response mux.
 	_ = readAll(t, l)
 	baseline := goleak.IgnoreCurrent()

@@ -176,14 +176,7 @@ func TestSnapshotsCompactedAway(t *testing.T) {
 	appendN(t, l, 20)
 	putText(t, store, 5)
 	putText(t, store, 12)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	// Purge everything below seq 14: the events after 12 (13) are gone.
 	if err := st.Purge(ctxT(t), jetstream.WithPurgeSequence(14)); err != nil {
 		t.Fatal(err)
