@@ -58,12 +58,7 @@ func TestStartServerClusterConfigErrors(t *testing.T) {
 func TestCluster3Nodes(t *testing.T) {
 	t.Parallel()
 	_, urls := start3(t, natslog.ServerConfig{})
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	checkR3(t, nc)
+	checkR3(t, connectAll(t, urls))
 }
 
 // start3 starts three nodes configured like base and waits for their
@@ -116,6 +111,18 @@ func start3(t *testing.T, base natslog.ServerConfig) ([]*natslog.Server, []strin
 		t.Fatal("no meta leader")
 	}
 	return srvs, urls
+}
+
+// connectAll connects to every node of urls (as start3 returns them), with
+// connect's dial timeout.
+func connectAll(t *testing.T, urls []string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(urls, ","), append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // checkR3 appends to an R3 stream through nc and checks its replicas.
@@ -249,12 +256,7 @@ func TestCluster3NodesSecure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), append(opts, nats.RootCAs(ca), nats.Timeout(10*time.Second))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	checkR3(t, nc)
+	checkR3(t, connectAll(t, urls, append(opts, nats.RootCAs(ca))...))
 	// The route port speaks TLS only: a plaintext peer never gets the
 	// route INFO, and a TLS peer without a certificate from the CA is
 	// refused. (The nodes formed the cluster: theirs are accepted.)

@@ -3,7 +3,6 @@ package natslog_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,13 +23,7 @@ func TestWatchConsumerServerLost(t *testing.T) {
 	t.Parallel()
 	srvs, urls := start3(t, natslog.ServerConfig{})
 	dial := func(name string) *nats.Conn {
-		nc, err := nats.Connect(strings.Join(urls, ","), nats.Name(name), nats.DontRandomize(), nats.Timeout(10*time.Second),
-			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
+		return connectAll(t, urls, nats.Name(name), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	}
 	rnc, wnc := dial("reader"), dial("writer")
 	reader := open(t, rnc, natslog.Config{Replicas: 3})
