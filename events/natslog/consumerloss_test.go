@@ -88,21 +88,9 @@ func TestWatchConsumerServerLost(t *testing.T) {
 	metaLeader := srvs[victim].MetaLeader() == host
 	srvs[victim].Shutdown()
 	down := time.Now()
-	// Append until acked (the stream may be electing a leader); the CAS and
-	// the msg id make a retry of an unknown outcome safe.
-	var acked time.Time
-	for {
-		actx, acancel := context.WithTimeout(t.Context(), 2*time.Second)
-		seq, err := writer.Append(actx, 1, ev(1, 1))
-		acancel()
-		if err == nil && seq == 2 {
-			acked = time.Now()
-			break
-		}
-		if errors.Is(err, events.ErrFenced) || time.Since(down) > 30*time.Second {
-			t.Fatalf("append after the shutdown: %d, %v", seq, err)
-		}
-	}
+	// The stream may be electing a leader.
+	appendRetrying(t, writer, 1, ev(1, 1), 30*time.Second)
+	acked := time.Now()
 	d := recv(2)
 	t.Logf("consumer server %s down (reader connected to it: %v, meta leader: %v): append acked after %s, delivered %s after the ack",
 		host, own, metaLeader, acked.Sub(down).Round(time.Millisecond), max(0, d.at.Sub(acked)).Round(time.Millisecond))

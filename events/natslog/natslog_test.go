@@ -566,21 +566,29 @@ func testWatchAcrossRestart(t *testing.T, from uint64) {
 	}
 	t.Cleanup(s2.Shutdown)
 	t.Cleanup(stopWatch) // runs before the shutdown
-	// The client reconnects; the append may race the reconnect, so retry it
-	// while its outcome is unknown (the CAS and msg id make that safe).
-	deadline := time.Now().Add(10 * time.Second)
+	// The client reconnects; the append may race the reconnect.
+	appendRetrying(t, l, 1, ev(1, 1), 10*time.Second)
+	recv(2)
+}
+
+// appendRetrying appends e after seq prev while the outcome is unknown (a
+// server restarting, a stream electing a leader: the CAS and the msg id
+// make asking again safe), until it is acked at prev+1 or within has
+// passed. A fenced append fails the test at once.
+func appendRetrying(t *testing.T, l *natslog.Log, prev uint64, e events.Event, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		actx, acancel := context.WithTimeout(t.Context(), time.Second)
-		seq, err := l.Append(actx, 1, ev(1, 1))
+		actx, acancel := context.WithTimeout(t.Context(), 2*time.Second)
+		seq, err := l.Append(actx, prev, e)
 		acancel()
-		if err == nil && seq == 2 {
-			break
+		if err == nil && seq == prev+1 {
+			return
 		}
 		if errors.Is(err, events.ErrFenced) || time.Now().After(deadline) {
-			t.Fatalf("append after restart: %d, %v", seq, err)
+			t.Fatalf("append after seq %d: %d, %v", prev, seq, err)
 		}
 	}
-	recv(2)
 }
 
 // waitPulling polls until a consumer of the stream has a pull request
