@@ -100,31 +100,8 @@ func TestWatchConsumerServerLost(t *testing.T) {
 // of the server it lives on.
 func consumerServer(t *testing.T, nc *nats.Conn, stream string) string {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		st, err := js.Stream(ctxT(t), stream)
-		if err == nil {
-			infos := st.ListConsumers(ctxT(t))
-			var hosts []string
-			for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
-				if ci.Cluster != nil {
-					hosts = append(hosts, ci.Cluster.Leader)
-				}
-			}
-			if len(hosts) == 1 && hosts[0] != "" {
-				return hosts[0]
-			}
-			err = infos.Err()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no single consumer of %s with a leader (last error %v)", stream, err)
-		}
-		<-tick.C
-	}
+	cis := waitConsumers(t, nc, stream, "it has a single consumer with a leader", func(cis []*jetstream.ConsumerInfo) bool {
+		return len(cis) == 1 && cis[0].Cluster != nil && cis[0].Cluster.Leader != ""
+	})
+	return cis[0].Cluster.Leader
 }

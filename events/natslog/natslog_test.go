@@ -595,6 +595,20 @@ func appendRetrying(t *testing.T, l *natslog.Log, prev uint64, e events.Event, w
 // waiting: its reader got the consumer and is fetching.
 func waitPulling(t *testing.T, nc *nats.Conn, stream string) {
 	t.Helper()
+	waitConsumers(t, nc, stream, "a consumer is pulling", func(cis []*jetstream.ConsumerInfo) bool {
+		for _, ci := range cis {
+			if ci.NumWaiting > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitConsumers polls the consumers of stream until ok holds for them, and
+// returns them; it fails the test after 10s (want says what was awaited).
+func waitConsumers(t *testing.T, nc *nats.Conn, stream, want string, ok func([]*jetstream.ConsumerInfo) bool) []*jetstream.ConsumerInfo {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -606,17 +620,16 @@ func waitPulling(t *testing.T, nc *nats.Conn, stream string) {
 		st, err := js.Stream(ctxT(t), stream)
 		if err == nil {
 			infos := st.ListConsumers(ctxT(t))
-			pulling := false
+			var cis []*jetstream.ConsumerInfo
 			for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
-				pulling = pulling || ci.NumWaiting > 0
+				cis = append(cis, ci)
 			}
-			if pulling {
-				return
+			if err = infos.Err(); err == nil && ok(cis) {
+				return cis
 			}
-			err = infos.Err()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no consumer of stream %s is pulling (last error %v)", stream, err)
+			t.Fatalf("stream %s: waited in vain until %s (last error %v)", stream, want, err)
 		}
 		<-tick.C
 	}
