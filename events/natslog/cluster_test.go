@@ -58,12 +58,7 @@ func TestStartServerClusterConfigErrors(t *testing.T) {
 func TestCluster3Nodes(t *testing.T) {
 	t.Parallel()
 	_, urls := start3(t, natslog.ServerConfig{})
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	checkR3(t, nc)
+	checkR3(t, connectAll(t, urls))
 }
 
 // start3 starts three nodes configured like base and waits for their
@@ -118,6 +113,18 @@ func start3(t *testing.T, base natslog.ServerConfig) ([]*natslog.Server, []strin
 	return srvs, urls
 }
 
+// connectAll connects to every node of urls (as start3 returns them), with
+// connect's dial timeout.
+func connectAll(t *testing.T, urls []string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(urls, ","), append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // checkR3 appends to an R3 stream through nc and checks its replicas.
 func checkR3(t *testing.T, nc *nats.Conn) {
 	t.Helper()
@@ -125,29 +132,19 @@ func checkR3(t *testing.T, nc *nats.Conn) {
 	if seq, err := l.Append(ctxT(t), 0, ev(1, 0)); err != nil || seq != 1 {
 		t.Fatalf("Append = %d, %v", seq, err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	if info := st.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 		t.Fatalf("stream replicas %d, cluster %+v", info.Config.Replicas, info.Cluster)
 	}
-	testReplicatedAppends(t, nc, js)
+	testReplicatedAppends(t, nc)
 }
 
 // testReplicatedAppends: appends of several events to a replicated stream
 // are atomic batches; they keep the Log contract (the logtest suite's
 // append cases, checked through the stream API rather than Read).
-func testReplicatedAppends(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
+func testReplicatedAppends(t *testing.T, nc *nats.Conn) {
 	l := open(t, nc, natslog.Config{Cluster: "r3batch", Replicas: 3})
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	if !st.CachedInfo().Config.AllowAtomicPublish {
 		t.Fatal("replicated stream does not allow atomic batches")
 	}
@@ -259,12 +256,7 @@ func TestCluster3NodesSecure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), append(opts, nats.RootCAs(ca), nats.Timeout(10*time.Second))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	checkR3(t, nc)
+	checkR3(t, connectAll(t, urls, append(opts, nats.RootCAs(ca))...))
 	// The route port speaks TLS only: a plaintext peer never gets the
 	// route INFO, and a TLS peer without a certificate from the CA is
 	// refused. (The nodes formed the cluster: theirs are accepted.)

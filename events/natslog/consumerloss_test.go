@@ -3,7 +3,6 @@ package natslog_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,13 +23,7 @@ func TestWatchConsumerServerLost(t *testing.T) {
 	t.Parallel()
 	srvs, urls := start3(t, natslog.ServerConfig{})
 	dial := func(name string) *nats.Conn {
-		nc, err := nats.Connect(strings.Join(urls, ","), nats.Name(name), nats.DontRandomize(), nats.Timeout(10*time.Second),
-			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
+		return connectAll(t, urls, nats.Name(name), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	}
 	rnc, wnc := dial("reader"), dial("writer")
 	reader := open(t, rnc, natslog.Config{Replicas: 3})
@@ -95,21 +88,9 @@ func TestWatchConsumerServerLost(t *testing.T) {
 	metaLeader := srvs[victim].MetaLeader() == host
 	srvs[victim].Shutdown()
 	down := time.Now()
-	// Append until acked (the stream may be electing a leader); the CAS and
-	// the msg id make a retry of an unknown outcome safe.
-	var acked time.Time
-	for {
-		actx, acancel := context.WithTimeout(t.Context(), 2*time.Second)
-		seq, err := writer.Append(actx, 1, ev(1, 1))
-		acancel()
-		if err == nil && seq == 2 {
-			acked = time.Now()
-			break
-		}
-		if errors.Is(err, events.ErrFenced) || time.Since(down) > 30*time.Second {
-			t.Fatalf("append after the shutdown: %d, %v", seq, err)
-		}
-	}
+	// The stream may be electing a leader.
+	appendRetrying(t, writer, 1, ev(1, 1), 30*time.Second)
+	acked := time.Now()
 	d := recv(2)
 	t.Logf("consumer server %s down (reader connected to it: %v, meta leader: %v): append acked after %s, delivered %s after the ack",
 		host, own, metaLeader, acked.Sub(down).Round(time.Millisecond), max(0, d.at.Sub(acked)).Round(time.Millisecond))
@@ -119,31 +100,8 @@ func TestWatchConsumerServerLost(t *testing.T) {
 // of the server it lives on.
 func consumerServer(t *testing.T, nc *nats.Conn, stream string) string {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		st, err := js.Stream(ctxT(t), stream)
-		if err == nil {
-			infos := st.ListConsumers(ctxT(t))
-			var hosts []string
-			for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
-				if ci.Cluster != nil {
-					hosts = append(hosts, ci.Cluster.Leader)
-				}
-			}
-			if len(hosts) == 1 && hosts[0] != "" {
-				return hosts[0]
-			}
-			err = infos.Err()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no single consumer of %s with a leader (last error %v)", stream, err)
-		}
-		<-tick.C
-	}
+	cis := waitConsumers(t, nc, stream, "it has a single consumer with a leader", func(cis []*jetstream.ConsumerInfo) bool {
+		return len(cis) == 1 && cis[0].Cluster != nil && cis[0].Cluster.Leader != ""
+	})
+	return cis[0].Cluster.Leader
 }

@@ -136,11 +136,16 @@ type Log struct {
 
 var _ events.Log = (*Log)(nil)
 
-// configError is a stream configuration Open will not work with; retrying
-// does not help.
-type configError struct{ msg string }
+// configError is a stream or bucket configuration Open will not work with
+// (or a bucket a reader may not create); retrying does not help. err, if
+// any, is the cause.
+type configError struct {
+	msg string
+	err error
+}
 
 func (e *configError) Error() string { return e.msg }
+func (e *configError) Unwrap() error { return e.err }
 
 // Open creates the cluster's stream, or binds to it when it exists (checking
 // that its configuration keeps every event). While JetStream is not ready
@@ -168,25 +173,43 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		// Appends of several events are atomic batches (see Append).
 		AllowAtomicPublish: true,
 	}
+	err = l.openRetrying(ctx, "open stream "+l.name, func(ctx context.Context) error {
+		st, err := l.openStream(ctx, want)
+		if err != nil {
+			return err
+		}
+		l.stream = st
+		l.replicated = st.CachedInfo().Config.Replicas > 1
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// openRetrying runs try until it succeeds, with backoff, while JetStream is
+// not ready: until ctx is done (Config.OpenTimeout when ctx has no
+// deadline), the connection is closed, or try fails with a *configError,
+// which retrying cannot mend. what names the operation in the error.
+func (l *Log) openRetrying(ctx context.Context, what string, try func(context.Context) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.OpenTimeout)
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.OpenTimeout)
 		defer cancel()
 	}
 	backoff := restartBackoffMin
 	for attempt := 1; ; attempt++ {
-		st, err := l.openStream(ctx, want)
+		err := try(ctx)
 		if err == nil {
-			l.stream = st
-			l.replicated = st.CachedInfo().Config.Replicas > 1
-			return l, nil
+			return nil
 		}
 		var ce *configError
-		if errors.As(err, &ce) || nc.IsClosed() {
-			return nil, fmt.Errorf("natslog: open stream %s: %w", l.name, err)
+		if errors.As(err, &ce) || l.nc.IsClosed() {
+			return fmt.Errorf("natslog: %s: %w", what, err)
 		}
 		if werr := wait(ctx, backoff); werr != nil {
-			return nil, fmt.Errorf("natslog: open stream %s: %w after %d attempts, last error: %w", l.name, werr, attempt, err)
+			return fmt.Errorf("natslog: %s: %w after %d attempts, last error: %w", what, werr, attempt, err)
 		}
 		backoff = min(2*backoff, restartBackoffMax)
 	}

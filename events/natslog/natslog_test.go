@@ -107,6 +107,21 @@ func TestCompactionConformance(t *testing.T) {
 	})
 }
 
+// streamOf is l's stream through the JetStream API on nc, to inspect or
+// change it behind l's back.
+func streamOf(t *testing.T, nc *nats.Conn, l *natslog.Log) jetstream.Stream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctxT(t), l.Stream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // purger compacts l by purging its stream below a seq.
 func purger(t *testing.T, nc *nats.Conn, l *natslog.Log) logtest.Compact {
 	return func(before uint64) error {
@@ -551,26 +566,48 @@ func testWatchAcrossRestart(t *testing.T, from uint64) {
 	}
 	t.Cleanup(s2.Shutdown)
 	t.Cleanup(stopWatch) // runs before the shutdown
-	// The client reconnects; the append may race the reconnect, so retry it
-	// while its outcome is unknown (the CAS and msg id make that safe).
-	deadline := time.Now().Add(10 * time.Second)
+	// The client reconnects; the append may race the reconnect.
+	appendRetrying(t, l, 1, ev(1, 1), 10*time.Second)
+	recv(2)
+}
+
+// appendRetrying appends e after seq prev while the outcome is unknown (a
+// server restarting, a stream electing a leader: the CAS and the msg id
+// make asking again safe), until it is acked at prev+1 or within has
+// passed. A fenced append fails the test at once.
+func appendRetrying(t *testing.T, l *natslog.Log, prev uint64, e events.Event, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		actx, acancel := context.WithTimeout(t.Context(), time.Second)
-		seq, err := l.Append(actx, 1, ev(1, 1))
+		actx, acancel := context.WithTimeout(t.Context(), 2*time.Second)
+		seq, err := l.Append(actx, prev, e)
 		acancel()
-		if err == nil && seq == 2 {
-			break
+		if err == nil && seq == prev+1 {
+			return
 		}
 		if errors.Is(err, events.ErrFenced) || time.Now().After(deadline) {
-			t.Fatalf("append after restart: %d, %v", seq, err)
+			t.Fatalf("append after seq %d: %d, %v", prev, seq, err)
 		}
 	}
-	recv(2)
 }
 
 // waitPulling polls until a consumer of the stream has a pull request
 // waiting: its reader got the consumer and is fetching.
 func waitPulling(t *testing.T, nc *nats.Conn, stream string) {
+	t.Helper()
+	waitConsumers(t, nc, stream, "a consumer is pulling", func(cis []*jetstream.ConsumerInfo) bool {
+		for _, ci := range cis {
+			if ci.NumWaiting > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitConsumers polls the consumers of stream until ok holds for them, and
+// returns them; it fails the test after 10s (want says what was awaited).
+func waitConsumers(t *testing.T, nc *nats.Conn, stream, want string, ok func([]*jetstream.ConsumerInfo) bool) []*jetstream.ConsumerInfo {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -583,17 +620,16 @@ func waitPulling(t *testing.T, nc *nats.Conn, stream string) {
 		st, err := js.Stream(ctxT(t), stream)
 		if err == nil {
 			infos := st.ListConsumers(ctxT(t))
-			pulling := false
+			var cis []*jetstream.ConsumerInfo
 			for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
-				pulling = pulling || ci.NumWaiting > 0
+				cis = append(cis, ci)
 			}
-			if pulling {
-				return
+			if err = infos.Err(); err == nil && ok(cis) {
+				return cis
 			}
-			err = infos.Err()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no consumer of stream %s is pulling (last error %v)", stream, err)
+			t.Fatalf("stream %s: waited in vain until %s (last error %v)", stream, want, err)
 		}
 		<-tick.C
 	}
@@ -609,14 +645,7 @@ func TestReadersCleanUp(t *testing.T) {
 	if _, err := l.Append(ctxT(t), 0, ev(1, 0), ev(1, 1), ev(1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	// Warm up: the first request makes the connection's response mux.
 	_ = readAll(t, l)
 	baseline := goleak.IgnoreCurrent()

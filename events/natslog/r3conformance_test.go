@@ -2,12 +2,8 @@ package natslog_test
 
 import (
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/logtest"
@@ -21,11 +17,7 @@ import (
 func TestConformanceR3(t *testing.T) {
 	t.Parallel()
 	_, urls := start3(t, natslog.ServerConfig{})
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectAll(t, urls)
 	var n atomic.Int64
 	newLog := func(t *testing.T) *natslog.Log {
 		return open(t, nc, natslog.Config{Cluster: fmt.Sprintf("r3-%d", n.Add(1)), Replicas: 3})

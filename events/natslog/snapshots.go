@@ -63,43 +63,32 @@ func BindSnapshots(ctx context.Context, l *Log) (*Snapshots, error) {
 }
 
 func openSnapshots(ctx context.Context, l *Log, create bool) (*Snapshots, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.OpenTimeout)
-		defer cancel()
-	}
 	cfg := jetstream.ObjectStoreConfig{
 		Bucket:      SnapshotBucket(l.cluster),
 		Description: "termlog projection snapshots of stream " + l.name,
 		Storage:     jetstream.FileStorage,
 		Replicas:    l.cfg.Replicas,
 	}
-	backoff := restartBackoffMin
-	for attempt := 1; ; attempt++ {
-		rctx, cancel := l.reqCtx(ctx)
-		obs, err := l.js.ObjectStore(rctx, cfg.Bucket)
+	var obs jetstream.ObjectStore
+	err := l.openRetrying(ctx, "open snapshot bucket "+cfg.Bucket, func(ctx context.Context) (err error) {
+		ctx, cancel := l.reqCtx(ctx)
+		defer cancel()
+		obs, err = l.js.ObjectStore(ctx, cfg.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
-			cancel()
-			return nil, fmt.Errorf("natslog: snapshot bucket %s: %w", cfg.Bucket, err)
+			return &configError{msg: err.Error(), err: err}
 		}
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			obs, err = l.js.CreateObjectStore(rctx, cfg)
+			obs, err = l.js.CreateObjectStore(ctx, cfg)
 			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				obs, err = l.js.ObjectStore(rctx, cfg.Bucket)
+				obs, err = l.js.ObjectStore(ctx, cfg.Bucket)
 			}
 		}
-		cancel()
-		if err == nil {
-			return &Snapshots{log: l, obs: obs}, nil
-		}
-		if l.nc.IsClosed() {
-			return nil, fmt.Errorf("natslog: open snapshot bucket %s: %w", cfg.Bucket, err)
-		}
-		if werr := wait(ctx, backoff); werr != nil {
-			return nil, fmt.Errorf("natslog: open snapshot bucket %s: %w after %d attempts, last error: %w", cfg.Bucket, werr, attempt, err)
-		}
-		backoff = min(2*backoff, restartBackoffMax)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &Snapshots{log: l, obs: obs}, nil
 }
 
 // Bounds implements events.SnapshotStore: the stream's creation time is its

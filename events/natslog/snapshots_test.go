@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
@@ -46,6 +47,19 @@ func appendN(t *testing.T, l *natslog.Log, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openSnapshots starts a server and opens the Log of cluster and its
+// snapshot store, through the connection it returns.
+func openSnapshots(t *testing.T, cluster string) (*nats.Conn, *natslog.Log, *natslog.Snapshots) {
+	t.Helper()
+	nc := connect(t, startServer(t, t.TempDir(), true))
+	l := open(t, nc, natslog.Config{Cluster: cluster})
+	store, err := natslog.OpenSnapshots(ctxT(t), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, l, store
 }
 
 func TestSnapshotsStore(t *testing.T) {
@@ -142,12 +156,7 @@ func TestSnapshotsStore(t *testing.T) {
 // A snapshot whose bytes do not decode is passed over with a reason, and
 // the next older one is used.
 func TestSnapshotsBadBytesPassedOver(t *testing.T) {
-	s := startServer(t, t.TempDir(), true)
-	l := open(t, connect(t, s), natslog.Config{Cluster: "snapbad"})
-	store, err := natslog.OpenSnapshots(ctxT(t), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l, store := openSnapshots(t, "snapbad")
 	appendN(t, l, 10)
 	putText(t, store, 4)
 	if _, err := store.Put(ctxT(t), events.SnapshotInfo{Seq: 9, Term: 1, Hash: "h", Rules: textRules}, []byte("garbage")); err != nil {
@@ -166,24 +175,11 @@ func TestSnapshotsBadBytesPassedOver(t *testing.T) {
 // completed by a tail: it is passed over; one at the new first seq - 1 or
 // later is still good.
 func TestSnapshotsCompactedAway(t *testing.T) {
-	s := startServer(t, t.TempDir(), true)
-	nc := connect(t, s)
-	l := open(t, nc, natslog.Config{Cluster: "snapgc"})
-	store, err := natslog.OpenSnapshots(ctxT(t), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, l, store := openSnapshots(t, "snapgc")
 	appendN(t, l, 20)
 	putText(t, store, 5)
 	putText(t, store, 12)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctxT(t), l.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := streamOf(t, nc, l)
 	// Purge everything below seq 14: the events after 12 (13) are gone.
 	if err := st.Purge(ctxT(t), jetstream.WithPurgeSequence(14)); err != nil {
 		t.Fatal(err)
@@ -210,13 +206,7 @@ func TestSnapshotsCompactedAway(t *testing.T) {
 // A snapshot of a stream that was deleted and created again under the same
 // name is another stream's: passed over, even at a seq the new one has.
 func TestSnapshotsOfRecreatedStream(t *testing.T) {
-	s := startServer(t, t.TempDir(), true)
-	nc := connect(t, s)
-	l := open(t, nc, natslog.Config{Cluster: "snapnew"})
-	store, err := natslog.OpenSnapshots(ctxT(t), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, l, store := openSnapshots(t, "snapnew")
 	appendN(t, l, 10)
 	putText(t, store, 8)
 	js, err := jetstream.New(nc)
@@ -243,13 +233,7 @@ func TestSnapshotsOfRecreatedStream(t *testing.T) {
 // that reason; one written before rules versions were recorded has none
 // (0) and is passed over too; the next older good one is used.
 func TestSnapshotsUnreadableMetadata(t *testing.T) {
-	s := startServer(t, t.TempDir(), true)
-	nc := connect(t, s)
-	l := open(t, nc, natslog.Config{Cluster: "snapmd"})
-	store, err := natslog.OpenSnapshots(ctxT(t), l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, l, store := openSnapshots(t, "snapmd")
 	appendN(t, l, 10)
 	for _, seq := range []uint64{5, 8, 9} {
 		putText(t, store, seq)
