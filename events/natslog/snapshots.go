@@ -167,9 +167,13 @@ func (s *Snapshots) putObject(ctx context.Context, meta jetstream.ObjectMeta, da
 	nuid := hex.EncodeToString(id)
 	chunkSubj := fmt.Sprintf(objChunkSubj, bucket, nuid)
 	stream := jetstream.WithExpectStream(objStreamPre + bucket)
+	// purge cleans up chunks nothing points to. It runs on its own short
+	// context: a Put that failed because ctx ended must still clean up.
 	purge := func(subj string) {
-		if st, err := s.log.js.Stream(ctx, objStreamPre+bucket); err == nil {
-			_ = st.Purge(ctx, jetstream.WithPurgeSubject(subj))
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
+		defer cancel()
+		if st, err := s.log.js.Stream(pctx, objStreamPre+bucket); err == nil {
+			_ = st.Purge(pctx, jetstream.WithPurgeSubject(subj))
 		}
 	}
 	sum := sha256.New()
