@@ -97,13 +97,15 @@ func (l *MemLog) appendChained(ctx context.Context, expectedLast uint64, prevID 
 			}
 			return last, fmt.Errorf("append seq %d: %w (last seq is %d)", seq, ErrFenced, tail)
 		}
-		if i == 0 && prevID != "" && (tail <= l.dropped || l.recs[tail-1-l.dropped].msgID != prevID) {
-			// The event this append is chained to is not the last.
-			got := ""
+		if i == 0 && prevID != "" {
+			got := "" // the last record's id ("" when none is held)
 			if tail > l.dropped {
 				got = l.recs[tail-1-l.dropped].msgID
 			}
-			return last, fmt.Errorf("append seq %d: %w (last msg id is %q, want %q)", seq, ErrFenced, got, prevID)
+			if got != prevID {
+				// The event this append is chained to is not the last.
+				return last, fmt.Errorf("append seq %d: %w (last msg id is %q, want %q)", seq, ErrFenced, got, prevID)
+			}
 		}
 		l.recs = append(l.recs, memRec{data: bodies[i], msgID: id})
 		last, appended = seq, true
