@@ -86,22 +86,26 @@ func (l *MemLog) appendChained(ctx context.Context, expectedLast uint64, prevID 
 			// id alone does not prove it: another event under the same id
 			// (decided again on a stale view) did not land (as natslog's
 			// checkStored).
-			if seq <= tail && seq > l.dropped && l.recs[seq-1-l.dropped].msgID == id && bytes.Equal(l.recs[seq-1-l.dropped].data, bodies[i]) {
-				last = seq
-				continue
-			}
-			if seq <= tail && seq > l.dropped && l.recs[seq-1-l.dropped].msgID == id {
-				return last, fmt.Errorf("append seq %d: %w: it holds another event under id %s", seq, ErrFenced, id)
+			if seq <= tail && seq > l.dropped {
+				if held := l.recs[seq-1-l.dropped]; held.msgID == id {
+					if !bytes.Equal(held.data, bodies[i]) {
+						return last, fmt.Errorf("append seq %d: %w: it holds another event under id %s", seq, ErrFenced, id)
+					}
+					last = seq
+					continue
+				}
 			}
 			return last, fmt.Errorf("append seq %d: %w (last seq is %d)", seq, ErrFenced, tail)
 		}
-		if i == 0 && prevID != "" && (tail <= l.dropped || l.recs[tail-1-l.dropped].msgID != prevID) {
-			// The event this append is chained to is not the last.
-			got := ""
+		if i == 0 && prevID != "" {
+			got := "" // the last record's id ("" when none is held)
 			if tail > l.dropped {
 				got = l.recs[tail-1-l.dropped].msgID
 			}
-			return last, fmt.Errorf("append seq %d: %w (last msg id is %q, want %q)", seq, ErrFenced, got, prevID)
+			if got != prevID {
+				// The event this append is chained to is not the last.
+				return last, fmt.Errorf("append seq %d: %w (last msg id is %q, want %q)", seq, ErrFenced, got, prevID)
+			}
 		}
 		l.recs = append(l.recs, memRec{data: bodies[i], msgID: id})
 		last, appended = seq, true

@@ -1,10 +1,12 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -161,7 +163,8 @@ func PruneSnapshots(ctx context.Context, store SnapshotStore, keep int) (int, er
 }
 
 // MemSnapshots is an in-memory SnapshotStore over a MemLog, for unit tests.
-// Its stream ID is "mem"; the MemLog holds every seq from 1. Like a store
+// Its stream ID is "mem"; its bounds are the MemLog's (its first seq is
+// above 1 once compacted, see MemLog.Compact). Like a store
 // next to a real stream, it refuses a snapshot beyond the log's tail.
 type MemSnapshots struct {
 	Log *MemLog
@@ -261,18 +264,6 @@ func (m *MemSnapshots) Bounds(ctx context.Context) (StreamBounds, error) {
 // SortSnapshots orders snapshots by seq, then name.
 func SortSnapshots(list []SnapshotInfo) {
 	slices.SortFunc(list, func(a, b SnapshotInfo) int {
-		if a.Seq != b.Seq {
-			if a.Seq < b.Seq {
-				return -1
-			}
-			return 1
-		}
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.Name, b.Name))
 	})
 }
