@@ -271,6 +271,30 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 	})
 }
 
+// twoGroupsInFlight starts tl's term and registers "a" and then "b": a's
+// group (seq 2) waits on entry until go2 is closed, its ack is held until
+// seq 3 (b's group) is sent, which closes sent3, and with loseFirst its ack
+// is lost. It returns once b is queued behind a's group.
+func twoGroupsInFlight(t *testing.T, tl *testLeader, g *gateLog, loseFirst bool) (a, b <-chan client.Reply, go2, sent3 chan struct{}) {
+	t.Helper()
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	entered2 := make(chan struct{})
+	go2, sent3 = make(chan struct{}), make(chan struct{})
+	g.mu.Lock()
+	g.before[2] = func() { close(entered2); <-go2 }
+	g.before[3] = func() { close(sent3) }
+	g.hold[2] = sent3
+	g.lose[2] = loseFirst
+	g.mu.Unlock()
+	a = registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
+	<-entered2
+	b = registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
+	queued(t, tl.leaderSession, 1)
+	return a, b, go2, sent3
+}
+
 // The first of two groups in flight loses its ack: its outcome is unknown,
 // so it is sent again with the same message ids once the group before it
 // is known stored, and stored once; the second group, chained to it, landed
@@ -279,20 +303,7 @@ func TestPipelinedGroupLostAckRetriedOnce(t *testing.T) {
 	pipelineLogs(t, func(t *testing.T, base events.Log) {
 		g := newGateLog(base)
 		tl := pipelining(newTestLeader(t, "meta-1", g, clock.NewManual(t0), 1, longAppends))
-		if err := tl.startTerm(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-		entered2, go2, sent3 := make(chan struct{}), make(chan struct{}), make(chan struct{})
-		g.mu.Lock()
-		g.before[2] = func() { close(entered2); <-go2 }
-		g.before[3] = func() { close(sent3) }
-		g.hold[2] = sent3
-		g.lose[2] = true
-		g.mu.Unlock()
-		a := registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
-		<-entered2
-		b := registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-		queued(t, tl.leaderSession, 1)
+		a, b, go2, _ := twoGroupsInFlight(t, tl, g, true)
 		close(go2)
 		for i, ch := range []<-chan client.Reply{a, b} {
 			if rep := reply(t, ch); rep.Error != nil || rep.ID != uint64(i+1) {
@@ -323,19 +334,7 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 		clk := clock.NewManual(t0)
 		g := newGateLog(base)
 		tl := pipelining(newTestLeader(t, "meta-2", g, clk, 2, longAppends))
-		if err := tl.startTerm(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-		entered2, go2, sent3 := make(chan struct{}), make(chan struct{}), make(chan struct{})
-		g.mu.Lock()
-		g.before[2] = func() { close(entered2); <-go2 }
-		g.before[3] = func() { close(sent3) }
-		g.hold[2] = sent3
-		g.mu.Unlock()
-		a := registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
-		<-entered2
-		b := registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-		queued(t, tl.leaderSession, 1)
+		a, b, go2, sent3 := twoGroupsInFlight(t, tl, g, false)
 		// A deposed leader's late event (term 1: the projection drops it,
 		// the leader keeps its term) takes seq 2.
 		g.pause(2)

@@ -231,7 +231,10 @@ func (r *Replica) campaign(ctx context.Context) {
 	}
 }
 
-const reasonStepDown = "stepped down"
+const (
+	reasonStepDown = "stepped down"
+	reasonShutdown = "shutdown" // Run's ctx ended while the term was held
+)
 
 // lead runs one term. It returns why the term ended, after every leader task
 // has been cancelled and joined.
@@ -287,8 +290,15 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 	}
 
 	<-lctx.Done()
-	l.lose("shutdown")
+	l.lose(reasonShutdown)
 	wg.Wait()
+	if termStarted && reason == reasonShutdown {
+		// Clean shutdown with the term still held (nothing lost it first):
+		// one more snapshot, of the view this replica projected, written
+		// while it still leads (a leader task like the others, so before
+		// the release) and bounded by what is left of the lease.
+		l.finalSnapshot(ctx, snapLast, lastRenew.Load())
+	}
 	if reason == reasonStepDown || ctx.Err() != nil {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AppendTimeout)
 		if err := r.cfg.Lease.Release(rctx); err != nil {
@@ -304,12 +314,6 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
-	if termStarted && ctx.Err() != nil {
-		// Clean shutdown: one more snapshot, of the view this replica
-		// projected, after the lease is released (the next leader takes
-		// over meanwhile) and before Run returns.
-		l.finalSnapshot(ctx, snapLast)
-	}
 	return reason
 }
 

@@ -17,10 +17,8 @@ const (
 	// DefaultSnapshotKeep snapshots are kept: the newest is used, the
 	// older ones are there when the newest cannot be read.
 	DefaultSnapshotKeep = 3
-	// snapshotFinalTimeout bounds the snapshot written on clean shutdown.
-	snapshotFinalTimeout = 5 * time.Second
-	snapshotRetryMin     = 250 * time.Millisecond
-	snapshotRetryMax     = 10 * time.Second
+	snapshotRetryMin    = 250 * time.Millisecond
+	snapshotRetryMax    = 10 * time.Second
 )
 
 func projectorOptions(cfg Config) []client.ProjectorOption {
@@ -74,14 +72,22 @@ func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 
 // finalSnapshot stores a snapshot of the replica's view when it shuts down
 // cleanly, unless the newest one it stored (last) is of that view already.
-// lead calls it after the term's tasks are joined and the lease released,
-// so the next leader does not wait for it: the view is a state of the
-// stream at its seq, folded by this replica, whoever leads now.
-func (l *leaderSession) finalSnapshot(ctx context.Context, last uint64) {
-	if l.r.cfg.Snapshots == nil || l.r.proj.Seq() <= last {
+// lead calls it after the term's other tasks are joined and before it
+// releases the lease: only a leader writes (and prunes) snapshots. It is
+// bounded by the lease the term still holds by its own rule (the watchdog's
+// lease*2/3 after the last renewal, renewed at) and by lease/3, so shutdown
+// waits at most that long for it; when nothing is left it is skipped.
+func (l *leaderSession) finalSnapshot(ctx context.Context, last uint64, renewed time.Time) {
+	cfg := &l.r.cfg
+	if cfg.Snapshots == nil || l.r.proj.Seq() <= last {
 		return
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotFinalTimeout)
+	left := min(cfg.LeaseTTL*2/3-cfg.Clock.Now().Sub(renewed), cfg.LeaseTTL/3)
+	if left <= 0 {
+		l.logger.Warn().Msg("snapshot on shutdown skipped: the lease may have lapsed")
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), left)
 	defer cancel()
 	if _, err := l.writeSnapshot(fctx); err != nil {
 		l.logger.Warn().Err(err).Msg("snapshot on shutdown not stored")

@@ -300,20 +300,11 @@ func (h *heldSnapshots) Put(ctx context.Context, si events.SnapshotInfo, data []
 	return h.MemSnapshots.Put(ctx, si, data)
 }
 
-// On clean shutdown the leader releases its lease before it stores the
-// final snapshot (the next leader need not wait for it), and still stores
-// it before Run returns.
-func TestShutdownReleasesLeaseBeforeFinalSnapshot(t *testing.T) {
-	mix, err := eventgen.Mix(200, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := events.NewMemLog()
-	last, err := log.Append(ctxT(t), 0, mix.Events...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := leaseAbove(t, mix.Events[len(mix.Events)-1].Term)
+// On clean shutdown the leader stores the final snapshot while it still
+// holds its lease (only a leader writes snapshots), then releases the lease,
+// all before Run returns.
+func TestShutdownStoresFinalSnapshotBeforeRelease(t *testing.T) {
+	log, last, lease := shutdownLog(t)
 	held := &heldSnapshots{MemSnapshots: events.NewMemSnapshots(log), entered: make(chan uint64, 1), release: make(chan struct{})}
 	var once sync.Once
 	release := func() { once.Do(func() { close(held.release) }) }
@@ -332,12 +323,16 @@ func TestShutdownReleasesLeaseBeforeFinalSnapshot(t *testing.T) {
 	case <-ctxT(t).Done():
 		t.Fatal("no snapshot on clean shutdown")
 	}
-	// The final snapshot is being stored: the lease is free already.
-	if got, err := lease.Handle().Acquire(ctxT(t), "meta-2"); err != nil || got <= term {
-		t.Fatalf("lease while the final snapshot is stored: term %d, %v; want it released by term %d", got, err, term)
+	// The final snapshot is being stored: the lease is still this term's.
+	if got, err := lease.Handle().Acquire(ctxT(t), "meta-2"); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("lease while the final snapshot is stored: term %d, %v; want it held by term %d", got, err, term)
 	}
 	release()
 	<-stopped
+	// Run has returned: the lease was released after the snapshot.
+	if got, err := lease.Handle().Acquire(ctxT(t), "meta-2"); err != nil || got <= term {
+		t.Fatalf("lease after shutdown: term %d, %v; want it released by term %d", got, err, term)
+	}
 	list, err := held.List(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +344,46 @@ func TestShutdownReleasesLeaseBeforeFinalSnapshot(t *testing.T) {
 	if len(list) != 1 || list[0].Seq != last || list[0].Writer != "meta-1" || list[0].LeaderTerm != term || list[0].Hash != want.Hash() {
 		t.Fatalf("stored %+v; want the snapshot of seq %d (hash %s) by meta-1 in term %d", list, last, want.Hash(), term)
 	}
+}
+
+// A final snapshot whose store never answers holds shutdown up only within
+// the lease the term still holds: Run returns, the lease is released and
+// nothing is stored.
+func TestShutdownFinalSnapshotBounded(t *testing.T) {
+	log, last, lease := shutdownLog(t)
+	held := &heldSnapshots{MemSnapshots: events.NewMemSnapshots(log), entered: make(chan uint64, 1), release: make(chan struct{})} // never released
+	r, stop := runSnapReplica(t, "meta-1", log, lease, held, -1)
+	term := leaderTerm(t, r)
+	eventually(t, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last+1 })
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	<-held.entered
+	select {
+	case <-stopped:
+	case <-ctxT(t).Done():
+		t.Fatal("shutdown waits on a final snapshot that is never stored")
+	}
+	if got, err := lease.Handle().Acquire(ctxT(t), "meta-2"); err != nil || got <= term {
+		t.Fatalf("lease after shutdown: term %d, %v; want it released by term %d", got, err, term)
+	}
+	if list, err := held.List(ctxT(t)); err != nil || len(list) != 0 {
+		t.Fatalf("stored %+v, %v; want nothing", list, err)
+	}
+}
+
+// shutdownLog is a log of a generated mix and a lease above its terms.
+func shutdownLog(t *testing.T) (*events.MemLog, uint64, *MemLeaseStore) {
+	t.Helper()
+	mix, err := eventgen.Mix(200, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := events.NewMemLog()
+	last, err := log.Append(ctxT(t), 0, mix.Events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log, last, leaseAbove(t, mix.Events[len(mix.Events)-1].Term)
 }
 
 // A replica without a snapshot store runs past many snapshot intervals

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,14 +66,10 @@ func BenchmarkProjectorCatchUp(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	p := client.NewProjector(log, zerolog.Nop(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
+	ctx, stop := startProjector(context.Background(), p)
 	_, err := p.CatchUp(ctx)
 	b.StopTimer()
-	cancel()
-	wg.Wait()
+	stop()
 	if err != nil || p.Seq() != tail {
 		b.Fatalf("caught up to %d of %d: %v", p.Seq(), tail, err)
 	}
@@ -89,16 +84,12 @@ func BenchmarkProjectorFollow(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	p := client.NewProjector(log, zerolog.Nop(), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
+	_, stop := startProjector(context.Background(), p)
 	for p.Seq() < tail {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
-	cancel()
-	wg.Wait()
+	stop()
 	b.ReportMetric(float64(tail)/b.Elapsed().Seconds(), "events/s")
 }
 
@@ -145,13 +136,9 @@ func BenchmarkCatchUpSnapshot(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			p := client.NewProjector(log, zerolog.Nop(), nil, opts...)
-			ctx, cancel := context.WithCancel(context.Background())
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = p.Run(ctx) }()
+			ctx, stop := startProjector(context.Background(), p)
 			_, err := p.CatchUp(ctx)
-			cancel()
-			wg.Wait()
+			stop()
 			if o := p.Origin(); err != nil || o.Folded != folded {
 				b.Fatalf("caught up folding %d events, want %d: %v", o.Folded, folded, err)
 			}

@@ -25,11 +25,17 @@ func appendTerm(t *testing.T, log *events.MemLog, term uint64) uint64 {
 
 // runProjector runs p until the test ends.
 func runProjector(t *testing.T, p *client.Projector) {
-	ctx, cancel := context.WithCancel(context.Background())
+	_, stop := startProjector(context.Background(), p)
+	t.Cleanup(stop)
+}
+
+// startProjector runs p under a child of parent until stop, which cancels
+// and joins it; ctx is for the calls made on p meanwhile.
+func startProjector(parent context.Context, p *client.Projector) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { _ = p.Run(ctx) })
+	return ctx, func() { cancel(); wg.Wait() }
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

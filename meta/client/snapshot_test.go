@@ -71,12 +71,9 @@ func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...client.Pro
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	p := client.NewProjector(log, lg, nil, opts...)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
-	v, err := p.CatchUp(ctx)
-	cancel()
-	wg.Wait()
+	pctx, stop := startProjector(ctx, p)
+	v, err := p.CatchUp(pctx)
+	stop()
 	if err != nil {
 		t.Fatalf("catch up: %v", err)
 	}
