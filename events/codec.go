@@ -192,6 +192,7 @@ var decoderList = []decoderEntry{
 	{TypeOperatorStarted, decodeAs[OperatorStarted], func(s *scanner) Payload { return OperatorStarted(operator(s)) }},
 	{TypeOperatorFinished, decodeAs[OperatorFinished], func(s *scanner) Payload { return OperatorFinished(operator(s)) }},
 	{TypeOperatorFailed, decodeAs[OperatorFailed], func(s *scanner) Payload { return OperatorFailed(operator(s)) }},
+	{TypeShardBlocked, decodeAs[ShardBlocked], onePassShardBlocked},
 }
 
 var decoders = func() map[string]func([]byte) (Payload, error) {

@@ -30,6 +30,7 @@ const (
 	TypeOperatorStarted     = "operator.started"
 	TypeOperatorFinished    = "operator.finished"
 	TypeOperatorFailed      = "operator.failed"
+	TypeShardBlocked        = "shard.blocked"
 )
 
 // Event is one entry of the stream: the envelope plus its typed payload.
@@ -151,12 +152,16 @@ type ShardObserved struct {
 	Leader   uint64            `json:"leader"`
 }
 
-// Operator is the data of the three operator.* kinds.
+// Operator is the data of the three operator.* kinds. An operator.started
+// names its plan: Remove (a replica id, 0 for none) first, then one new
+// replica on the store Add ("" for none); Steps says the same for people.
 type Operator struct {
 	Op     string   `json:"op"`
 	Shard  uint64   `json:"shard"`
 	Steps  []string `json:"steps,omitempty"`
 	Reason string   `json:"reason,omitempty"`
+	Remove uint64   `json:"remove,omitempty"`
+	Add    string   `json:"add,omitempty"`
 }
 
 // OperatorStarted opens an operator on a shard.
@@ -167,6 +172,16 @@ type OperatorFinished Operator
 
 // OperatorFailed closes an operator with a reason.
 type OperatorFailed Operator
+
+// ShardBlocked records why the scheduler can change nothing on a shard
+// (no quorum of running replicas, no store to add a replica on, its
+// membership unreadable), once per change of reason; "" ends it. It is
+// recorded once, not on every planning tick, so a shard that stays blocked
+// costs one event.
+type ShardBlocked struct {
+	Shard  uint64 `json:"shard"`
+	Reason string `json:"reason"`
+}
 
 func (TermStarted) Type() string          { return TypeTermStarted }
 func (WorkerRegistered) Type() string     { return TypeWorkerRegistered }
@@ -184,6 +199,7 @@ func (ShardObserved) Type() string        { return TypeShardObserved }
 func (OperatorStarted) Type() string      { return TypeOperatorStarted }
 func (OperatorFinished) Type() string     { return TypeOperatorFinished }
 func (OperatorFailed) Type() string       { return TypeOperatorFailed }
+func (ShardBlocked) Type() string         { return TypeShardBlocked }
 
 // Types lists every known kind, in contract order.
 func Types() []string {

@@ -550,7 +550,7 @@ func operator(s *scanner) Operator {
 	var p Operator
 	var seen uint32
 	for more := s.open(); more; more = s.more() {
-		switch s.field(&seen, "op", "shard", "steps", "reason") {
+		switch s.field(&seen, "op", "shard", "steps", "reason", "remove", "add") {
 		case 0:
 			p.Op = s.string()
 		case 1:
@@ -558,6 +558,24 @@ func operator(s *scanner) Operator {
 		case 2:
 			p.Steps = s.strings()
 		case 3:
+			p.Reason = s.string()
+		case 4:
+			p.Remove = s.uint64()
+		case 5:
+			p.Add = s.string()
+		}
+	}
+	return p
+}
+
+func onePassShardBlocked(s *scanner) Payload {
+	var p ShardBlocked
+	var seen uint32
+	for more := s.open(); more; more = s.more() {
+		switch s.field(&seen, "shard", "reason") {
+		case 0:
+			p.Shard = s.uint64()
+		case 1:
 			p.Reason = s.string()
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -49,6 +50,7 @@ type Store struct {
 
 	mu         sync.Mutex
 	registered bool
+	refused    atomic.Uint64
 }
 
 // OpenStore opens the NodeHost (it starts no replica).
@@ -234,10 +236,25 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 			return client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
 		}
 		return withMembership(client.ExecReply{Outcome: client.OutcomeApplied}, m)
-	case client.ExecAdd:
-		res = s.host.AddReplica(ectx, req.Shard, req.Replica, req.Addr)
-	case client.ExecRemove:
-		res = s.host.RemoveReplica(ectx, req.Shard, req.Replica)
+	case client.ExecAdd, client.ExecRemove:
+		verdict, why := s.fence(ectx, req)
+		switch verdict {
+		case client.ExecRefuse, client.ExecWait:
+			lg.Warn().Uint64("term", req.Term).Str("operator", req.Operator).Uint64("intent", req.Intent).Str("reason", why).Msg("config change refused: not the next step of a running operator of the current term here")
+			s.refused.Add(1)
+			return client.ExecReply{Outcome: client.OutcomeRefused, Error: why}
+		case client.ExecDone:
+			m, err := s.host.Membership(ectx, req.Shard)
+			if err != nil {
+				return client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
+			}
+			return withMembership(client.ExecReply{Outcome: client.OutcomeApplied, Error: why}, m)
+		}
+		if req.Op == client.ExecAdd {
+			res = s.host.AddReplica(ectx, req.Shard, req.Replica, req.Addr)
+		} else {
+			res = s.host.RemoveReplica(ectx, req.Shard, req.Replica)
+		}
 	}
 	lg.Info().Str("result", res.String()).Msg("config change")
 	rep := client.ExecReply{CCID: res.CCID, Error: res.Reason}
@@ -258,6 +275,29 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 	}
 	return rep
 }
+
+// fenceWait bounds the wait for the store's projection to fold an exec's
+// intent (the leader appended it a moment ago).
+const fenceWait = 3 * time.Second
+
+// fence is the store's check of a config change against its own
+// projection (client.CheckExec), after waiting, bounded, for the
+// projection to reach the change's intent.
+func (s *Store) fence(ctx context.Context, req client.ExecRequest) (client.ExecVerdict, string) {
+	verdict, why := client.CheckExec(s.proj.View(), req)
+	if verdict != client.ExecWait {
+		return verdict, why
+	}
+	wctx, cancel := context.WithTimeout(ctx, fenceWait)
+	defer cancel()
+	if err := s.proj.AwaitSeq(wctx, req.Intent); err != nil {
+		return client.ExecRefuse, fmt.Sprintf("%s (waited %s: %v)", why, fenceWait, err)
+	}
+	return client.CheckExec(s.proj.View(), req)
+}
+
+// Refused counts config changes this store refused by the fence.
+func (s *Store) Refused() uint64 { return s.refused.Load() }
 
 func withMembership(rep client.ExecReply, m *Membership) client.ExecReply {
 	rep.CCID = m.CCID

@@ -8,6 +8,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -35,13 +36,26 @@ func (tl *testLeader) beat(t *testing.T, store string, reports ...client.ShardRe
 	}
 }
 
+// pass runs the scheduler's decisions until they append nothing and
+// waits for the execs they started.
+func (tl *testLeader) pass(t *testing.T, mem *sched.Memory) {
+	t.Helper()
+	var wg sync.WaitGroup
+	results := make(chan sched.Result, 16)
+	*mem = tl.schedulePasses(ctxT(t), &wg, *mem, results)
+	wg.Wait()
+	close(results)
+	for r := range results {
+		*mem = mem.WithResult(r)
+	}
+}
+
 func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 	clk := clock.NewManual(t0)
 	l := schedLeader(t, clk)
 	ctx := ctxT(t)
-	if err := l.scheduleOnce(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	var mem sched.Memory
+	l.pass(t, &mem)
 	v := l.r.proj.View()
 	sh := v.Shards[1]
 	if sh == nil || len(sh.Members) != 3 {
@@ -51,9 +65,7 @@ func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 	// A heartbeat with a newer config change id becomes shard.observed.
 	reps := map[uint64]string{1: "127.0.0.1:1000", 2: "127.0.0.1:2000", 3: "127.0.0.1:3000"}
 	l.beat(t, "s1", client.ShardReport{Shard: 1, Replica: 1, Replicas: reps, Leader: 2, Term: 4, CCID: 7})
-	if err := l.scheduleOnce(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	l.pass(t, &mem)
 	if sh := l.r.proj.View().Shards[1]; sh.CCID != 7 || sh.Leader != 2 {
 		t.Fatalf("observed not applied: ccid %d leader %d", sh.CCID, sh.Leader)
 	}
@@ -69,11 +81,7 @@ func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 	l.beat(t, "s1")
 	clk.Advance(3 * time.Second)
 	l.beat(t, "s1")
-	var wg sync.WaitGroup
-	if err := l.scheduleOnce(ctx, &wg); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
+	l.pass(t, &mem)
 	v = l.r.proj.View()
 	if got := v.Stores["s2"].State; got != events.StoreDown {
 		t.Fatalf("s2 is %s, want down", got)
@@ -84,8 +92,9 @@ func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 	if got := v.Stores["s1"].State; got != events.StoreUp {
 		t.Fatalf("s1 is %s, want up", got)
 	}
-	// s2 heartbeats again: it is up.
+	// s2 heartbeats again: the next decision marks it up.
 	l.beat(t, "s2")
+	l.pass(t, &mem)
 	if got := l.r.proj.View().Stores["s2"].State; got != events.StoreUp {
 		t.Fatalf("s2 after heartbeat is %s, want up", got)
 	}

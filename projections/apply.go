@@ -204,6 +204,8 @@ func (s *State) apply(ev events.Event) Result {
 		return s.operatorEnded(ev, events.Operator(d), OperatorFinished)
 	case events.OperatorFailed:
 		return s.operatorEnded(ev, events.Operator(d), OperatorFailed)
+	case events.ShardBlocked:
+		return s.shardBlocked(d)
 	}
 	return invalid("unknown payload %T", ev.Data)
 }
@@ -374,7 +376,7 @@ func (s *State) shardCreated(d events.ShardCreated) Result {
 	if r, bad := s.checkReplicaSet(d.Replicas); bad {
 		return r
 	}
-	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas), Initial: cloneMap(d.Replicas)}
+	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas), Initial: cloneMap(d.Replicas), MaxReplica: slices.Max(sortedKeys(d.Replicas))}
 	return applied("shard %d with %d replicas", d.Shard, len(d.Replicas))
 }
 
@@ -409,6 +411,7 @@ func (s *State) replicaAdding(ev events.Event, d events.ReplicaChange) Result {
 		sh.Pending = map[uint64]Pending{}
 	}
 	sh.Pending[d.Replica] = Pending{Kind: PendingAdding, Store: d.Store, CCID: d.CCID, Op: d.Op, Seq: ev.Seq}
+	sh.MaxReplica = max(sh.MaxReplica, d.Replica)
 	return applied("shard %d adding replica %d on %s", d.Shard, d.Replica, d.Store)
 }
 
@@ -450,6 +453,7 @@ func (s *State) replicaAdded(d events.ReplicaChange) Result {
 	sh.Members[d.Replica] = d.Store
 	delete(sh.Pending, d.Replica)
 	sh.CCID = max(sh.CCID, d.CCID)
+	sh.MaxReplica = max(sh.MaxReplica, d.Replica)
 	return applied("shard %d replica %d added on %s", d.Shard, d.Replica, d.Store)
 }
 
@@ -489,6 +493,7 @@ func (s *State) replicaRemoved(d events.ReplicaChange) Result {
 	}
 	sh.Removed[d.Replica] = st
 	sh.CCID = max(sh.CCID, d.CCID)
+	sh.MaxReplica = max(sh.MaxReplica, d.Replica)
 	if sh.Leader == d.Replica {
 		sh.Leader = 0
 	}
@@ -529,6 +534,7 @@ func (s *State) shardObserved(d events.ShardObserved) Result {
 		delete(sh.Removed, r)
 	}
 	sh.Members = cloneMap(d.Replicas)
+	sh.MaxReplica = max(sh.MaxReplica, slices.Max(sortedKeys(d.Replicas)))
 	for r, p := range sh.Pending {
 		if (p.Kind == PendingAdding && sh.IsMember(r)) || (p.Kind == PendingRemoving && !sh.IsMember(r)) {
 			delete(sh.Pending, r)
@@ -556,8 +562,15 @@ func (s *State) operatorStarted(ev events.Event, d events.Operator) Result {
 	if sh.Operator != "" {
 		return invalid("shard %d already has operator %s", d.Shard, sh.Operator)
 	}
-	s.Operators[d.Op] = &Operator{ID: d.Op, Shard: d.Shard, Steps: append([]string(nil), d.Steps...), State: OperatorRunning, Started: ev.Seq}
+	if d.Remove != 0 && !sh.IsMember(d.Remove) {
+		return invalid("operator %s removes replica %d, not a member of shard %d", d.Op, d.Remove, d.Shard)
+	}
+	if d.Add != "" && !s.registeredStore(d.Add) {
+		return invalid("operator %s adds a replica on unregistered store %q", d.Op, d.Add)
+	}
+	s.Operators[d.Op] = &Operator{ID: d.Op, Shard: d.Shard, Steps: append([]string(nil), d.Steps...), Remove: d.Remove, Add: d.Add, Term: ev.Term, State: OperatorRunning, Started: ev.Seq}
 	sh.Operator = d.Op
+	sh.Blocked = ""
 	return applied("operator %s on shard %d", d.Op, d.Shard)
 }
 
@@ -589,6 +602,21 @@ func (s *State) operatorEnded(ev events.Event, d events.Operator, state string) 
 	}
 	s.History = append(s.History, ended)
 	return applied("operator %s %s", d.Op, state)
+}
+
+func (s *State) shardBlocked(d events.ShardBlocked) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	if sh.Blocked == d.Reason {
+		return noop("shard %d already blocked: %q", d.Shard, d.Reason)
+	}
+	sh.Blocked = d.Reason
+	if d.Reason == "" {
+		return applied("shard %d no longer blocked", d.Shard)
+	}
+	return applied("shard %d blocked: %s", d.Shard, d.Reason)
 }
 
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {

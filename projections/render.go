@@ -43,11 +43,24 @@ func (s *State) Render() string {
 		if sh.Operator != "" {
 			fmt.Fprintf(&b, " operator=%s", sh.Operator)
 		}
+		if sh.Blocked != "" {
+			fmt.Fprintf(&b, " blocked=%q", sh.Blocked)
+		}
 		b.WriteByte('\n')
 	}
 	for _, id := range sortedKeys(s.Operators) {
 		op := s.Operators[id]
-		fmt.Fprintf(&b, "operator %s shard=%d %s started=%d steps=%s\n", op.ID, op.Shard, op.State, op.Started, strings.Join(op.Steps, ","))
+		fmt.Fprintf(&b, "operator %s shard=%d %s started=%d steps=%s", op.ID, op.Shard, op.State, op.Started, strings.Join(op.Steps, ","))
+		if op.Remove != 0 {
+			fmt.Fprintf(&b, " remove=%d", op.Remove)
+		}
+		if op.Add != "" {
+			fmt.Fprintf(&b, " add=%s", op.Add)
+		}
+		if op.Term != s.Term {
+			fmt.Fprintf(&b, " inherited_from_term=%d", op.Term)
+		}
+		b.WriteByte('\n')
 	}
 	for _, op := range s.History {
 		fmt.Fprintf(&b, "operator %s shard=%d %s started=%d finished=%d", op.ID, op.Shard, op.State, op.Started, op.Finished)

@@ -60,6 +60,15 @@ type Shard struct {
 	CCID     uint64             `json:"ccid"`
 	Leader   uint64             `json:"leader"`
 	Operator string             `json:"operator,omitempty"` // the active operator, if any
+	// Blocked is why the scheduler can change nothing on the shard
+	// (shard.blocked); "" when it is not blocked. An operator's start
+	// clears it.
+	Blocked string `json:"blocked,omitempty"`
+	// MaxReplica is the highest replica id ever named for the shard (created,
+	// intended, added, observed): a new replica gets MaxReplica+1, so an id
+	// is never used twice, not even one whose add was abandoned and may
+	// still apply in Raft.
+	MaxReplica uint64 `json:"max_replica"`
 }
 
 // IsMember reports whether replica is a member of the shard.
@@ -80,6 +89,9 @@ type Operator struct {
 	ID       string   `json:"id"`
 	Shard    uint64   `json:"shard"`
 	Steps    []string `json:"steps,omitempty"`
+	Remove   uint64   `json:"remove,omitempty"` // replica to remove first (0: none)
+	Add      string   `json:"add,omitempty"`    // store to add a new replica on ("": none)
+	Term     uint64   `json:"term"`             // term of its operator.started: a later term inherits it
 	State    string   `json:"state"`
 	Reason   string   `json:"reason,omitempty"`
 	Started  uint64   `json:"started"`

@@ -76,15 +76,29 @@ const (
 	OutcomeRetry    = "retry"    // shard not ready / system busy until the deadline
 	OutcomeUnknown  = "unknown"  // timed out: it may still apply; re-read first
 	OutcomeError    = "error"    // anything else (not a member here, bad request)
+	// OutcomeRefused: the store's own projection does not hold the
+	// change's intent under the exec's term as the operator's next step
+	// (a deposed leader's step, an unknown operator, a stale intent).
+	// Nothing was proposed.
+	OutcomeRefused = "refused"
 )
 
 // ExecRequest asks a member store to change or read a shard's membership.
+//
+// A change (add, remove) is fenced: it names the meta term it was decided
+// in, the operator and the seq of the intent event it carries out, and the
+// store runs it only when its own projection holds that intent, under that
+// term, as the operator's next step (CheckExec). A membership read is not
+// fenced (it changes nothing).
 type ExecRequest struct {
 	Op        string `json:"op"`
 	Shard     uint64 `json:"shard"`
 	Replica   uint64 `json:"replica,omitempty"`
 	Addr      string `json:"addr,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	Term      uint64 `json:"term,omitempty"`
+	Operator  string `json:"operator,omitempty"`
+	Intent    uint64 `json:"intent,omitempty"` // seq of the shard.replica.adding/removing event
 }
 
 // ExecReply is the classified result, with the membership read after it.
@@ -152,9 +166,15 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 		if r.Replica == 0 {
 			return r, errors.New("replica is required")
 		}
+		if err := fenced(r); err != nil {
+			return r, err
+		}
 	case ExecAdd:
 		if r.Replica == 0 {
 			return r, errors.New("replica is required")
+		}
+		if err := fenced(r); err != nil {
+			return r, err
 		}
 		if err := ValidateEndpoint(r.Addr); err != nil {
 			return r, fmt.Errorf("addr: %w", err)
@@ -163,6 +183,16 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 		return r, fmt.Errorf("unknown op %q", r.Op)
 	}
 	return r, nil
+}
+
+func fenced(r ExecRequest) error {
+	if r.Term == 0 || r.Operator == "" || r.Intent == 0 {
+		return errors.New("a config change needs its term, operator and intent seq")
+	}
+	if len(r.Operator) > MaxFieldBytes {
+		return errors.New("operator id too long")
+	}
+	return nil
 }
 
 // RPCStoreDrain marks a store draining until a deadline (a planned restart:
