@@ -5,8 +5,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/projections"
 )
 
 // Health is the cluster's shard and store health as one decision saw it,
@@ -28,7 +26,7 @@ type ShardHealth struct {
 	Members     map[uint64]string `json:"members"`                // projected: replica -> store
 	RaftMembers map[uint64]string `json:"raft_members,omitempty"` // newest reported by Raft: replica -> address
 	CCID        uint64            `json:"ccid"`
-	Live        int               `json:"running"`       // members running on live stores
+	Live        int               `json:"running"` // members running on live stores
 	Running     []uint64          `json:"running_replicas,omitempty"`
 	Leader      uint64            `json:"leader"`                 // Raft leader replica (0: none known)
 	LeaderStore string            `json:"leader_store,omitempty"` // the store it runs on
@@ -115,8 +113,3 @@ func (d *decider) health() Health {
 	}
 	return h
 }
-
-// StoreUp reports whether a store state counts as serving.
-func StoreUp(state string) bool { return state == events.StoreUp || state == events.StoreDraining }
-
-var _ = projections.New

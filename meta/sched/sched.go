@@ -352,13 +352,13 @@ func (d *decider) bootstrap() []events.Payload {
 
 // shardView is what the stores report of one shard.
 type shardView struct {
-	running map[uint64]bool      // members running on live stores
-	raft    *client.ShardReport  // newest membership reported by a live member store (highest ccid)
-	leader  *client.ShardReport  // report with the highest Raft term
-	zombies []string             // replica@store the stores refused to start
-	unheard []string             // member stores not heard of yet this term
-	addrs   map[string]string    // raft address -> store
-	stores  map[uint64]string    // replica -> store for running ones
+	running map[uint64]bool     // members running on live stores
+	raft    *client.ShardReport // newest membership reported by a live member store (highest ccid)
+	leader  *client.ShardReport // report with the highest Raft term
+	zombies []string            // replica@store the stores refused to start
+	unheard []string            // member stores not heard of yet this term
+	addrs   map[string]string   // raft address -> store
+	stores  map[uint64]string   // replica -> store for running ones
 	_       struct{}
 }
 
