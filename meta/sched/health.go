@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"time"
-
 )
 
 // Health is the cluster's shard and store health as one decision saw it,
