@@ -395,8 +395,9 @@ func (d *decider) see(sh *projections.Shard) shardView {
 		}
 	}
 	for _, r := range sortedIDs(sh.Members) {
-		if d.unheard(sh.Members[r]) {
-			sv.unheard = append(sv.unheard, sh.Members[r])
+		st := d.v.Stores[sh.Members[r]]
+		if st != nil && st.State != events.StoreDown && st.State != events.StoreTombstone && d.unheard(st.ID) {
+			sv.unheard = append(sv.unheard, st.ID)
 		}
 	}
 	return sv
@@ -407,6 +408,14 @@ func (d *decider) see(sh *projections.Shard) shardView {
 func (d *decider) observed(sh *projections.Shard, sv shardView, ccid uint64, replicas map[uint64]string, leader uint64) (events.Payload, string) {
 	if ccid <= sh.CCID || len(replicas) == 0 {
 		return nil, ""
+	}
+	if _, ok := replicas[leader]; !ok {
+		leader = 0
+		if sv.leader != nil {
+			if _, ok := replicas[sv.leader.Leader]; ok {
+				leader = sv.leader.Leader
+			}
+		}
 	}
 	reps := map[uint64]string{}
 	for _, r := range sortedIDs(replicas) {
@@ -546,6 +555,9 @@ func (d *decider) shard(sh *projections.Shard) ([]events.Payload, []Exec) {
 		}
 		return block(sh, bad), nil
 	}
+	if len(sv.unheard) > 0 {
+		return nil, nil // a new leader waits for its member stores' first word
+	}
 	if sh.Operator != "" {
 		if op := d.v.Operators[sh.Operator]; op != nil {
 			return d.operator(sh, op, sv, s)
@@ -554,9 +566,6 @@ func (d *decider) shard(sh *projections.Shard) ([]events.Payload, []Exec) {
 	if len(sh.Pending) > 0 {
 		// Intents no running operator owns: resolve them against Raft.
 		return d.orphans(sh, sv, s)
-	}
-	if len(sv.unheard) > 0 {
-		return nil, nil // a new leader waits for its member stores' first word
 	}
 	if evs := d.leader(sh, sv, &s); len(evs) > 0 {
 		d.mem.set(sh.ID, s)
@@ -715,19 +724,18 @@ func outcome(sh *projections.Shard, op string, r uint64, p projections.Pending, 
 // 3): until one succeeds the intent stays pending and the shard waits.
 func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, seq, r uint64, p projections.Pending) ([]events.Payload, []Exec) {
 	deadline, expired := d.step(sh.ID, &s, fmt.Sprintf("intent %d", seq))
-	if d.in.Now.Before(s.waitUntil) {
-		d.mem.set(sh.ID, s)
-		return nil, nil
-	}
 	if read := s.read; read != nil {
 		s.read = nil
 		if read.Reply.Outcome != client.OutcomeApplied {
+			// Unreadable (no leader, no quorum): nothing can be failed
+			// safely; read again, paced.
+			s.lastErr = "membership unreadable: " + read.Reply.Error
 			s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
+			d.mem.set(sh.ID, s)
 			if expired {
-				d.mem.set(sh.ID, s)
 				return block(sh, "membership unreadable from the live members"), nil
 			}
-			return d.read(sh, sv, s, deadline)
+			return nil, nil
 		}
 		if visible(d, p, r, read.Reply.Replicas) {
 			s.result, s.sent = nil, false
@@ -740,8 +748,15 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 		if expired {
 			return d.fail(sh, op, sv, s, read, fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, lastError(s.result)), true), nil
 		}
-		// Not applied, not rejected: it may be sent again.
+		// Not applied, not rejected: it may be sent again, paced.
 		s.result, s.sent = nil, false
+		s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
+		d.mem.set(sh.ID, s)
+		return nil, nil
+	}
+	if d.in.Now.Before(s.waitUntil) {
+		d.mem.set(sh.ID, s)
+		return nil, nil
 	}
 	if res := s.result; res != nil {
 		if res.Reply.Outcome == client.OutcomeApplied {
@@ -750,8 +765,7 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 			return []events.Payload{outcome(sh, op.ID, r, p, max(res.Reply.CCID, sh.CCID))}, nil
 		}
 		// Rejected, unknown, retry, refused, error: what did Raft do?
-		s.lastErr = strings.TrimSpace(fmt.Sprintf("%s replica %d: %s %s", p.Kind, r, res.Reply.Outcome, res.Reply.Error))
-		s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
+		s.lastErr = lastError(res)
 		return d.read(sh, sv, s, deadline)
 	}
 	if s.sent {
