@@ -17,6 +17,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/meta/client"
 )
 
@@ -35,7 +36,14 @@ type StoreConfig struct {
 	Resync time.Duration
 	Logger zerolog.Logger
 	Clock  clock.Clock
+	// Failpoints, if set, are the store's test hooks (FPExecAdd).
+	Failpoints *failpoint.Set
 }
+
+// FPExecAdd is hit when a store has taken an add config change from its
+// executor queue, before the fence checks it (tests hold a deposed
+// leader's change there).
+const FPExecAdd = "store-exec-add"
 
 // Store is one log store: a NodeHost made to match the projected membership
 // of its store id, registered with meta, heartbeating its ShardInfo and
@@ -237,6 +245,11 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 		}
 		return withMembership(client.ExecReply{Outcome: client.OutcomeApplied}, m)
 	case client.ExecAdd, client.ExecRemove:
+		if req.Op == client.ExecAdd {
+			if err := s.cfg.Failpoints.Hit(ectx, FPExecAdd); err != nil {
+				return client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
+			}
+		}
 		verdict, why := s.fence(ectx, req)
 		switch verdict {
 		case client.ExecRefuse, client.ExecWait:

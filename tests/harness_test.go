@@ -63,6 +63,8 @@ type cluster_ struct {
 	// storeSnapshots makes newStore's stores start from the snapshot
 	// bucket (bound when they start; a meta must have made it).
 	storeSnapshots bool
+	// storeFP is every store's failpoint set (logstore.FP*).
+	storeFP *failpoint.Set
 
 	mu     sync.Mutex
 	denied []string // permission violations reported to connAs connections

@@ -61,7 +61,7 @@ func (n *storeNode) start() {
 	s, err := logstore.OpenStore(logstore.StoreConfig{
 		Host:    logstore.Config{StoreID: n.id, DataDir: n.dir, RaftAddr: n.addr, RTTMillisecond: 20},
 		Cluster: cluster, NC: n.nc, Log: n.log, Heartbeat: 200 * time.Millisecond, Resync: 200 * time.Millisecond,
-		Logger: testLogger(t), Snapshots: snaps,
+		Logger: testLogger(t), Snapshots: snaps, Failpoints: n.c.storeFP,
 	})
 	if err != nil {
 		t.Fatalf("open store %s: %v", n.id, err)

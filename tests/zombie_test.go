@@ -15,6 +15,7 @@ type replicaWatch struct {
 	started atomic.Int64
 	polls   atomic.Int64
 	stop    chan struct{}
+	once    sync.Once
 	wg      sync.WaitGroup
 }
 
@@ -38,7 +39,7 @@ func watchReplica(n *storeNode, shard, replica uint64) *replicaWatch {
 	return w
 }
 
-func (w *replicaWatch) end() { close(w.stop); w.wg.Wait() }
+func (w *replicaWatch) end() { w.once.Do(func() { close(w.stop) }); w.wg.Wait() }
 
 // TestZombieReplicaNotStarted replays the second report
 // (003_efc5840065a1a3b5): a replica removed from its shard while its store

@@ -51,6 +51,12 @@ type Config struct {
 	BackoffMax   time.Duration // cap of that wait, default 2m
 	LeaderEvery  time.Duration // at most one leader-only shard.observed per shard this often, default 1s
 	Retry        time.Duration // pause before a step is retried or re-read after a failure, default 250ms
+	// Fresh is how recent a store's report must be for its replicas to
+	// count as running in the quorum rule, default StoreTimeout/2. A
+	// store is marked down only after StoreTimeout, so without it a store
+	// that died a moment before another was marked down would still count
+	// for the membership after removing the other one.
+	Fresh time.Duration
 }
 
 // Defaults returns c with every zero field set to its default.
@@ -78,6 +84,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Retry <= 0 {
 		c.Retry = 250 * time.Millisecond
+	}
+	if c.Fresh <= 0 || c.Fresh > c.StoreTimeout {
+		c.Fresh = c.StoreTimeout / 2
 	}
 	return c
 }
@@ -376,7 +385,7 @@ func (d *decider) see(sh *projections.Shard) shardView {
 				sv.zombies = append(sv.zombies, fmt.Sprintf("%d@%s", z.Replica, store))
 			}
 		}
-		if !d.live[store] {
+		if !d.live[store] || d.in.Now.Sub(rep.At) > d.in.Config.Fresh {
 			continue
 		}
 		for i := range rep.Shards {
