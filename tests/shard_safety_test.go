@@ -441,4 +441,3 @@ func TestRejectedAddReplans(t *testing.T) {
 		return ok
 	})
 }
-
