@@ -76,24 +76,13 @@ func TestQuorumGateLeavesRaftAlone(t *testing.T) {
 		v := m.View()
 		return v.Stores["store-2"].State == events.StoreDown && v.Stores["store-3"].State == events.StoreDown
 	})
-	eventually(t, 10*time.Second, "shard 1 recorded as blocked", func() bool { return m.View().Shards[1].Blocked != "" })
-	blockedAt := m.HealthReport().At
 	// The scheduler keeps deciding (its health report moves on) for more
-	// than a step timeout, and still proposes nothing.
-	eventually(t, 60*time.Second, "the scheduler to decide for a step timeout after the block", func() bool {
-		return m.HealthReport().At.Sub(blockedAt) > schedOpts().scheduler.StepTimeout
+	// than a step timeout after both were marked down.
+	downAt := m.HealthReport().At
+	eventually(t, 60*time.Second, "the scheduler to decide for a step timeout", func() bool {
+		return m.HealthReport().At.Sub(downAt) > schedOpts().scheduler.StepTimeout
 	})
-	v := m.View()
-	if n := len(eventsOf(t, m, events.TypeOperatorStarted)); n != 0 {
-		t.Fatalf("%d operators started on a shard with 1 of 3 replicas on live stores: %s", n, v.Render())
-	}
-	if n := len(eventsOf(t, m, events.TypeShardBlocked)); n != 1 {
-		t.Fatalf("shard.blocked recorded %d times, want once", n)
-	}
-	t.Logf("blocked: %s", v.Shards[1].Blocked)
-	if !strings.Contains(v.Shards[1].Blocked, "no quorum") {
-		t.Fatalf("blocked reason %q does not name the quorum", v.Shards[1].Blocked)
-	}
+	// Raft first: three members, a leader, writable.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	mem, err := stores[0].store().Host().Membership(ctx, 1)
@@ -108,6 +97,18 @@ func TestQuorumGateLeavesRaftAlone(t *testing.T) {
 	}
 	if err := propose(ctx, stores[1], 1, "via-the-cut-store"); err != nil {
 		t.Fatal(err)
+	}
+	// Then the stream: nothing proposed, the reason recorded once.
+	v := m.View()
+	if n := len(eventsOf(t, m, events.TypeOperatorStarted)); n != 0 {
+		t.Fatalf("%d operators started on a shard with 1 of 3 replicas on live stores: %s", n, v.Render())
+	}
+	if n := len(eventsOf(t, m, events.TypeShardBlocked)); n != 1 {
+		t.Fatalf("shard.blocked recorded %d times, want once", n)
+	}
+	t.Logf("blocked: %s", v.Shards[1].Blocked)
+	if !strings.Contains(v.Shards[1].Blocked, "no quorum") {
+		t.Fatalf("blocked reason %q does not name the quorum", v.Shards[1].Blocked)
 	}
 }
 
