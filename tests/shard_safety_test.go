@@ -433,8 +433,8 @@ func TestRejectedAddReplans(t *testing.T) {
 		return len(reasons) > 0
 	})
 	_, _, reasons := schedOps(t, m)
-	if !strings.Contains(reasons[0], "rejected") {
-		t.Fatalf("first failure %q, want the rejection", reasons[0])
+	if !strings.Contains(reasons[0], "rejected by raft") || strings.Contains(reasons[0], "step timeout") {
+		t.Fatalf("first failure %q, want the rejection, at once (not the step timeout)", reasons[0])
 	}
 	eventually(t, 60*time.Second, "replica 99 in the stream", func() bool { return m.View().Shards[1].IsMember(99) })
 	eventually(t, 60*time.Second, "shard 1 back at 3/3", func() bool {
