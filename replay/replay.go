@@ -57,6 +57,11 @@ type Options struct {
 	// Follow keeps reading the timeline as the log grows, until ctx is
 	// done. The Source must be a Follower. Only with ModeTimeline.
 	Follow bool
+	// Tail, when not 0, prints only the last Tail matching events of the
+	// timeline's history: the whole log, or with Follow the log up to its
+	// end when the replay started (new events are all printed). TailNone
+	// prints none of the history. Every event is folded either way.
+	Tail int
 	// JSON prints JSON: one object a line for timelines (ModeTimeline,
 	// ModeRejected), one document otherwise.
 	JSON bool
@@ -75,6 +80,14 @@ type Options struct {
 	// it. A snapshot that cannot be used is reported on Diag and passed
 	// over; with none usable the replay folds from seq 1.
 	Snapshots events.SnapshotStore
+}
+
+// TailNone as Options.Tail prints no event of the history.
+const TailNone = -1
+
+// Tailer is a Source that knows its last seq (the live stream does).
+type Tailer interface {
+	Tail(ctx context.Context) (uint64, error)
 }
 
 // Filter selects timeline events; every field set must match. The zero
@@ -165,6 +178,12 @@ func (o Options) validate() error {
 	default:
 		return fmt.Errorf("unknown mode %d", o.Mode)
 	}
+	if o.Tail < TailNone {
+		return fmt.Errorf("tail %d: want a count of events (or TailNone)", o.Tail)
+	}
+	if o.Tail != 0 && o.Mode != ModeTimeline {
+		return errors.New("tail limits the timeline only")
+	}
 	if o.Follow && (o.Mode != ModeTimeline || o.UntilSeq > 0 || !o.UntilTime.IsZero() || o.Filter.ToSeq > 0) {
 		return errors.New("follow prints the timeline only, without an upper bound")
 	}
@@ -225,6 +244,18 @@ func Run(ctx context.Context, src Source, o Options, out io.Writer) error {
 	if !o.Follow {
 		r.prog = newProgress(o.Diag, o.Now, "replay")
 	}
+	r.live = o.Tail == 0
+	if o.Follow && o.Tail != 0 {
+		tl, ok := src.(Tailer)
+		if !ok {
+			return errors.New("tail with follow needs a source that knows its last seq")
+		}
+		end, err := tl.Tail(ctx)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		r.histEnd, r.live = end, end == 0
+	}
 	var err error
 	if o.Follow {
 		fl, ok := src.(Follower)
@@ -268,6 +299,12 @@ type runner struct {
 	werr error
 
 	matched uint64 // lines printed (timeline, history, rejected)
+	// Tail: the history's last matching steps, printed once it ends.
+	ring    []Step
+	ringAt  int
+	seen    uint64 // matching steps, printed or not
+	histEnd uint64 // with Follow: the last seq of the history
+	live    bool   // the history is over: print every match
 	header  bool
 	stopped bool // an entry past the bounds was met
 
@@ -352,7 +389,15 @@ func (r *runner) item(it Item) error {
 	switch r.o.Mode {
 	case ModeTimeline:
 		if r.o.Filter.Match(st) {
-			r.printStep(st)
+			r.seen++
+			if r.live {
+				r.printStep(st)
+			} else {
+				r.keep(st)
+			}
+		}
+		if !r.live && r.o.Follow && st.Seq >= r.histEnd {
+			r.endHistory()
 		}
 	case ModeHistory:
 		if st.Touch.Has(r.o.Subject) {
@@ -389,11 +434,39 @@ func (r *runner) reached() bool {
 	return false
 }
 
+// keep remembers a step of the history for the tail.
+func (r *runner) keep(st Step) {
+	n := r.o.Tail
+	if n <= 0 {
+		return
+	}
+	if len(r.ring) < n {
+		r.ring = append(r.ring, st)
+		return
+	}
+	r.ring[r.ringAt] = st
+	r.ringAt = (r.ringAt + 1) % n
+}
+
+// endHistory prints the tail of the history and goes live.
+func (r *runner) endHistory() {
+	for i := range r.ring {
+		r.printStep(r.ring[(r.ringAt+i)%len(r.ring)])
+	}
+	r.ring, r.live = nil, true
+	if r.werr == nil {
+		r.werr = r.out.Flush()
+	}
+}
+
 func (r *runner) finish() error {
 	s := r.f.State()
 	switch r.o.Mode {
 	case ModeTimeline:
-		if r.matched == 0 && !r.o.JSON {
+		if !r.live {
+			r.endHistory()
+		}
+		if r.seen == 0 && !r.o.JSON {
 			r.printf("no event matches (%d events read, last seq %d)\n", r.f.Count(), s.Seq)
 		}
 	case ModeState:

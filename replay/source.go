@@ -77,6 +77,8 @@ func (s logSource) ReadFrom(ctx context.Context, from uint64, fn func(Item) erro
 	return s.l.Read(ctx, from, func(r events.Record) error { return fn(recordItem(r.Seq, r.Data, 0)) })
 }
 
+func (s logSource) Tail(ctx context.Context) (uint64, error) { return s.l.Tail(ctx) }
+
 func (s logSource) Follow(ctx context.Context, fn func(Item) error) error {
 	return s.l.Watch(ctx, 1, func(r events.Record) error { return fn(recordItem(r.Seq, r.Data, 0)) })
 }
