@@ -203,7 +203,105 @@ func (e *CheckError) Error() string {
 	if e.Line > 0 {
 		where += fmt.Sprintf(" (line %d)", e.Line)
 	}
-	return fmt.Sprintf("check failed after %s, event %d: %s", where, e.Events, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
+	when := "after"
+	var se *SeqError
+	if errors.As(e.Err, &se) {
+		when = "at"
+	}
+	return fmt.Sprintf("check failed %s %s, event %d: %s", when, where, e.Events, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
+}
+
+// Sequence problems ModeCheck reports (SeqError.Kind).
+const (
+	SeqGap        = "gap"
+	SeqOutOfOrder = "out-of-order"
+	SeqDuplicate  = "duplicate"
+)
+
+// SeqError is a log whose seqs do not run 1, 2, 3, ...: a seq missing, two
+// lines swapped, or a seq twice. It names the first offending entry.
+type SeqError struct {
+	Kind string
+	Seq  uint64 // the offending entry's seq
+	Line int    // and its line (0 for the live stream)
+	// Want is the seq expected in its place.
+	Want uint64
+	// Other is, for out-of-order, the missing seq that came later, and for
+	// a duplicate the seq itself; OtherLine is where it is (the later line,
+	// or the first line that held the seq).
+	Other     uint64
+	OtherLine int
+}
+
+func (e *SeqError) Error() string {
+	at := func(line int) string {
+		if line > 0 {
+			return fmt.Sprintf(" (line %d)", line)
+		}
+		return ""
+	}
+	switch e.Kind {
+	case SeqOutOfOrder:
+		return fmt.Sprintf("seq %d is out of order: seq %d comes after it%s", e.Seq, e.Other, at(e.OtherLine))
+	case SeqDuplicate:
+		held := "an earlier entry holds it"
+		if e.OtherLine > 0 {
+			held = fmt.Sprintf("line %d holds it", e.OtherLine)
+		}
+		return fmt.Sprintf("seq %d is a duplicate: %s; seq %d was expected", e.Seq, held, e.Want)
+	}
+	if e.Seq-e.Want == 1 {
+		return fmt.Sprintf("seq %d leaves a gap: seq %d is missing", e.Seq, e.Want)
+	}
+	return fmt.Sprintf("seq %d leaves a gap: seqs %d..%d are missing", e.Seq, e.Want, e.Seq-1)
+}
+
+// seqCheck follows the seqs of a checked log. A jump past the next seq is
+// a gap or the first of two swapped lines: the entry after it tells.
+type seqCheck struct {
+	next  uint64 // the seq expected next
+	lines []int  // lines[i] is the line of seq i+1 (JSONL)
+	jump  *SeqError
+}
+
+func (c *seqCheck) see(it Item) error {
+	if c.next == 0 {
+		c.next = 1
+	}
+	seq := it.Seq
+	if seq == 0 { // a damaged line folded as corrupt (skip-corrupt): it holds the next seq
+		seq = c.next
+	}
+	if j := c.jump; j != nil {
+		c.jump = nil
+		if seq >= j.Want && seq < j.Seq {
+			j.Kind, j.Other, j.OtherLine = SeqOutOfOrder, seq, it.Line
+		}
+		return j
+	}
+	switch {
+	case seq > c.next:
+		c.jump = &SeqError{Kind: SeqGap, Seq: seq, Line: it.Line, Want: c.next}
+	case seq < c.next:
+		e := &SeqError{Kind: SeqDuplicate, Seq: seq, Line: it.Line, Want: c.next, Other: seq}
+		if seq > 0 && int(seq) <= len(c.lines) {
+			e.OtherLine = c.lines[seq-1]
+		}
+		return e
+	}
+	if it.Line > 0 && seq == c.next {
+		c.lines = append(c.lines, it.Line)
+	}
+	c.next = max(c.next, seq+1)
+	return nil
+}
+
+// end reports a jump that nothing after it explained.
+func (c *seqCheck) end() error {
+	if c.jump != nil {
+		return c.jump
+	}
+	return nil
 }
 
 func (e *CheckError) Unwrap() error { return e.Err }
@@ -255,6 +353,12 @@ func Run(ctx context.Context, src Source, o Options, out io.Writer) error {
 			return fmt.Errorf("replay: %w", err)
 		}
 		r.histEnd, r.live = end, end == 0
+	}
+	if pc, ok := src.(prechecker); ok && !o.SkipCorrupt {
+		// A damaged line is reported before anything is printed.
+		if err := pc.precheck(ctx); err != nil {
+			return err
+		}
 	}
 	var err error
 	if o.Follow {
@@ -316,6 +420,8 @@ type runner struct {
 	byWriter map[string]uint64
 	// ModeDiff
 	from *projections.State
+	// ModeCheck
+	seqs seqCheck
 	// snap is the snapshot the fold started from, if any.
 	snap *events.SnapshotInfo
 }
@@ -382,6 +488,11 @@ func (r *runner) item(it Item) error {
 	}
 	if r.o.Mode == ModeDiff && r.from == nil && it.Seq > r.o.DiffFrom {
 		r.from = r.f.State().Clone()
+	}
+	if r.o.Mode == ModeCheck {
+		if err := r.seqs.see(it); err != nil {
+			return r.seqError(err)
+		}
 	}
 	existed := r.o.Mode == ModeHistory && r.exists()
 	st := r.f.Fold(it)
@@ -479,6 +590,9 @@ func (r *runner) finish() error {
 	case ModeRejected:
 		r.finishRejected()
 	case ModeCheck:
+		if err := r.seqs.end(); err != nil {
+			return r.seqError(err)
+		}
 		if r.o.JSON {
 			r.printJSON(checkJSON{OK: true, Events: r.f.Count(), Seq: s.Seq, Hash: s.Hash()})
 		} else {
@@ -536,6 +650,17 @@ func (r *runner) check(st Step) error {
 			list = append(list, e.Error())
 		}
 		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: list})
+	}
+	return ce
+}
+
+// seqError reports a sequence problem as a failed check.
+func (r *runner) seqError(err error) error {
+	var se *SeqError
+	errors.As(err, &se)
+	ce := &CheckError{Seq: se.Seq, Line: se.Line, Events: r.f.Count(), Err: se}
+	if r.o.JSON {
+		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: []string{se.Error()}})
 	}
 	return ce
 }

@@ -68,6 +68,11 @@ func ToScript(ctx context.Context, src Source, o ScriptOptions, w io.Writer) (Sc
 	sw := &scriptWriter{o: o, w: w, fold: script.NewFold(), touch: NewFolder()}
 	sw.stateAt = slices.Sorted(slices.Values(o.StateAt))
 	sw.stateAt = slices.Compact(sw.stateAt)
+	if pc, ok := src.(prechecker); ok {
+		if err := pc.precheck(ctx); err != nil {
+			return ScriptStats{}, fmt.Errorf("%w (a damaged line has no body to keep in a script; a corrupt record is kept as a raw line)", err)
+		}
+	}
 	prog := newProgress(o.Diag, o.Now, "to-script")
 	err := src.Read(ctx, func(it Item) error {
 		if sw.stop(it) {
