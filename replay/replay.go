@@ -231,6 +231,8 @@ type SeqError struct {
 	// or the first line that held the seq).
 	Other     uint64
 	OtherLine int
+
+	n uint64 // the entry's place in the log (1 for the first)
 }
 
 func (e *SeqError) Error() string {
@@ -264,7 +266,8 @@ type seqCheck struct {
 	jump  *SeqError
 }
 
-func (c *seqCheck) see(it Item) error {
+// see checks it, the n-th entry.
+func (c *seqCheck) see(it Item, n uint64) error {
 	if c.next == 0 {
 		c.next = 1
 	}
@@ -281,9 +284,9 @@ func (c *seqCheck) see(it Item) error {
 	}
 	switch {
 	case seq > c.next:
-		c.jump = &SeqError{Kind: SeqGap, Seq: seq, Line: it.Line, Want: c.next}
+		c.jump = &SeqError{Kind: SeqGap, Seq: seq, Line: it.Line, Want: c.next, n: n}
 	case seq < c.next:
-		e := &SeqError{Kind: SeqDuplicate, Seq: seq, Line: it.Line, Want: c.next, Other: seq}
+		e := &SeqError{Kind: SeqDuplicate, Seq: seq, Line: it.Line, Want: c.next, Other: seq, n: n}
 		if seq > 0 && int(seq) <= len(c.lines) {
 			e.OtherLine = c.lines[seq-1]
 		}
@@ -490,7 +493,7 @@ func (r *runner) item(it Item) error {
 		r.from = r.f.State().Clone()
 	}
 	if r.o.Mode == ModeCheck {
-		if err := r.seqs.see(it); err != nil {
+		if err := r.seqs.see(it, r.f.Count()+1); err != nil {
 			return r.seqError(err)
 		}
 	}
@@ -658,7 +661,7 @@ func (r *runner) check(st Step) error {
 func (r *runner) seqError(err error) error {
 	var se *SeqError
 	errors.As(err, &se)
-	ce := &CheckError{Seq: se.Seq, Line: se.Line, Events: r.f.Count(), Err: se}
+	ce := &CheckError{Seq: se.Seq, Line: se.Line, Events: se.n, Err: se}
 	if r.o.JSON {
 		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: []string{se.Error()}})
 	}
