@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -471,5 +473,67 @@ func TestCLIFollowTail(t *testing.T) {
 	}
 	if n := strings.Count(p.out.String(), "\n"); n != 3 {
 		t.Errorf("followed %d lines, want 3:\n%s", n, p.out.String())
+	}
+}
+
+// TestCLIUpToScript is the README's "From incident to unit test" with the
+// built binary: up, a leader handoff (meta stepdown), export, convert to a
+// script, which passes with the kit as written and holds the handoff.
+func TestCLIUpToScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := t.TempDir()
+	port := freeTCPPort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	auth := filepath.Join(data, "auth")
+	p := startUp(t, bin, data, port)
+	first := healthy(t, bin, url, auth)
+	if out, err := run(t, bin, "meta", "stepdown", "--nats", url, "--auth-dir", auth); err != nil {
+		t.Fatalf("meta stepdown: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
+		var s Status
+		if err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no handoff after stepdown within 30s:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+	dir := t.TempDir()
+	export := filepath.Join(dir, "incident.jsonl")
+	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url, "--auth-dir", auth); err != nil {
+		t.Fatalf("replay export: %v\n%s", err, out)
+	}
+	p.stop(t)
+
+	s := filepath.Join(dir, "incident.txt")
+	if out, errOut, code := runBin(t, bin, "replay", "--file", export, "--to-script", s); code != 0 {
+		t.Fatalf("--to-script: exit %d\n%s%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two terms, each opening an apply block, the second by another meta.
+	if n := strings.Count(string(b), "applied: term "); n < 2 {
+		t.Fatalf("the script holds %d term.started, want the handoff:\n%s", n, b)
+	}
+	projtest.RunFile(t, s)
+	jsonl, errOut, code := runBin(t, bin, "replay", "--from-script", s)
+	if code != 0 {
+		t.Fatalf("--from-script: exit %d: %s", code, errOut)
+	}
+	back := filepath.Join(dir, "back.jsonl")
+	if err := os.WriteFile(back, []byte(jsonl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if normalize(t, back) != normalize(t, export) {
+		t.Error("the export converted to a script and back is not the export")
 	}
 }
