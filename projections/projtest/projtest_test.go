@@ -50,3 +50,28 @@ func TestDocExample(t *testing.T) {
 	}
 	projtest.RunFile(t, path)
 }
+
+// The hand-written script of the README ("Your own event mix") passes.
+func TestReadmeExample(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(src), "Your own event mix")
+	if !ok {
+		t.Fatal("README has no own-event-mix example")
+	}
+	_, after, ok = strings.Cut(after, "```text\n")
+	if !ok {
+		t.Fatal("README example has no text block")
+	}
+	block, _, ok := strings.Cut(after, "```")
+	if !ok || !strings.Contains(block, "----") {
+		t.Fatalf("README example: %q", block)
+	}
+	path := filepath.Join(t.TempDir(), "readme")
+	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	projtest.RunFile(t, path)
+}
