@@ -3,6 +3,7 @@ package replay_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,6 +255,50 @@ func TestScriptChangedOutcome(t *testing.T) {
 			t.Errorf("failure output lacks %q:\n%s", want, out)
 		}
 	}
+	// from-script reads it and notes where today's outcome differs.
+	if _, diag := fromScript(t, changed); !strings.Contains(diag, "line 16: apply: today's output differs from the script's") {
+		t.Errorf("from-script did not note the changed outcome: %q", diag)
+	}
+	// -rewrite writes today's outcomes into the file; then it passes.
+	path := writeScript(t, changed)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestScriptHelper$", "-test.count=1", "-rewrite")
+	cmd.Env = append(os.Environ(), "PROJTEST_SCRIPT="+path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("-rewrite: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "\n5 applied: worker 1 epoch 2 removed\n") {
+		t.Errorf("-rewrite did not write the new outcome:\n%s", b)
+	}
+	if out, err := run(string(b)); err != nil {
+		t.Errorf("the rewritten script fails: %v\n%s", err, out)
+	}
+}
+
+// BenchmarkToScript converts a generated log of 20k events to a script.
+func BenchmarkToScript(b *testing.B) {
+	mix, err := eventgen.Mix(20000, 500)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var in bytes.Buffer
+	for i, ev := range mix.Events {
+		ev.Seq = uint64(i + 1)
+		if err := events.WriteJSONL(&in, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(in.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := replay.ToScript(context.Background(), replay.JSONL(bytes.NewReader(in.Bytes())), replay.ScriptOptions{}, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(mix.Events))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
 // A damaged line cannot be kept in a script: the conversion fails naming it.

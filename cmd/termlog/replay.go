@@ -104,7 +104,7 @@ Progress of long replays goes to stderr.`,
 	fl.BoolVar(&f.noSnapshot, "no-snapshot", false, "state and diff of the live stream: fold from seq 1 instead of starting from the newest usable snapshot")
 	fl.StringVar(&f.toScript, "to-script", "", "write the log as a projection script to this file (- for stdout)")
 	fl.StringSliceVar(&f.stateAt, "state-at", nil, "with --to-script: also print the state after these seqs (repeat or comma-separate)")
-	fl.StringVar(&f.fromScript, "from-script", "", "print the JSONL of the events this projection script folds")
+	fl.StringVar(&f.fromScript, "from-script", "", "print the JSONL of the events this projection script folds (- for stdin)")
 	fl.IntVar(&f.tail, "tail", -1, "timeline: print only the last N matching events of the history (with --follow: default 10, then every new one; -1: all)")
 	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
 	return cmd
@@ -215,12 +215,16 @@ func (f *replayFlags) scriptFlags(cmd *cobra.Command) ([]uint64, error) {
 
 // runFromScript prints the JSONL of the events a script folds.
 func runFromScript(cmd *cobra.Command, path string) error {
-	fh, err := os.Open(path)
-	if err != nil {
-		return err
+	in := cmd.InOrStdin()
+	if path != "-" {
+		fh, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		in = fh
 	}
-	defer fh.Close()
-	st, err := replay.FromScript(fh, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	st, err := replay.FromScript(in, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -438,6 +438,12 @@ func TestCLIFollowTail(t *testing.T) {
 	if out, errOut, code := runBin(t, bin, append(live, "import", writeLines(t, "first.jsonl", 1, 2, 3, 4, 5))...); code != 0 {
 		t.Fatalf("import: %s%s", out, errOut)
 	}
+	// --to-script reads the live stream as it reads the file.
+	fromStream, errOut, code := runBin(t, bin, append(live, "--to-script", "-")...)
+	fromFile, _, _ := runBin(t, bin, "replay", "--file", writeLines(t, "same.jsonl", 1, 2, 3, 4, 5), "--to-script", "-")
+	if code != 0 || fromStream != strings.Replace(fromFile, "from same.jsonl", "from the live stream", 1) {
+		t.Errorf("--to-script of the stream: exit %d %s\n%s\n---\n%s", code, errOut, fromStream, fromFile)
+	}
 	p := startProc(t, bin, append(live, "--follow", "--tail", "2", "--json")...)
 	p.waitFor(t, `"seq":5`)
 	// Only the tail of the history: seq 4 and 5.

@@ -118,3 +118,29 @@ func TestWriteParse(t *testing.T) {
 		}
 	}
 }
+
+// FuzzScript: no script text makes Parse or a command panic.
+func FuzzScript(f *testing.F) {
+	f.Add("apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\nseq=9 raw x\nraw64 AAE=\n----\n")
+	f.Add("apply quiet\nat=2026-11-30T03:00:01Z 1 \"a b\" worker.expired {\"id\":1}\n----\n----\nx\n\ny\n----\n----\n")
+	f.Add("stale-flood n=3 term=0\n----\n\nanomalies tail=2\n----\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		ds, _ := script.Parse(strings.NewReader(text))
+		fold := script.NewFold()
+		for _, d := range ds {
+			if len(d.Input) > 1<<16 {
+				continue
+			}
+			for _, a := range d.Args { // keep the floods small
+				for _, v := range a.Vals {
+					if len(v) > 3 {
+						return
+					}
+				}
+			}
+			_, _ = fold.Run(d.Cmd, d.Args, d.Input)
+		}
+		var b bytes.Buffer
+		_ = script.Write(&b, ds)
+	})
+}
