@@ -444,6 +444,19 @@ func TestCLIFollowTail(t *testing.T) {
 	if code != 0 || fromStream != strings.Replace(fromFile, "from same.jsonl", "from the live stream", 1) {
 		t.Errorf("--to-script of the stream: exit %d %s\n%s\n---\n%s", code, errOut, fromStream, fromFile)
 	}
+	// import takes what --from-script makes of a script.
+	script := filepath.Join(t.TempDir(), "s.txt")
+	if _, errOut, code := runBin(t, bin, "replay", "--file", filepath.Join("testdata", "replay.jsonl"), "--to-script", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	jsonl, errOut, code := runBin(t, bin, "replay", "--from-script", script)
+	back := filepath.Join(t.TempDir(), "back.jsonl")
+	if err := os.WriteFile(back, []byte(jsonl), 0o644); code != 0 || err != nil {
+		t.Fatalf("--from-script: %v %s", err, errOut)
+	}
+	if out, errOut, code := runBin(t, bin, "--nats", srv.ClientURL(), "--cluster", "fromscript", "replay", "import", back); code != 0 || !strings.Contains(out, "imported 11 events (seq 1..11, 2 raw)") {
+		t.Errorf("import of a converted script: exit %d\n%s%s", code, out, errOut)
+	}
 	p := startProc(t, bin, append(live, "--follow", "--tail", "2", "--json")...)
 	p.waitFor(t, `"seq":5`)
 	// Only the tail of the history: seq 4 and 5.
