@@ -8,7 +8,7 @@ import (
 )
 
 // base is the time of seq 0 in scripts; event seq n happens at base+n seconds.
-var base = script.Base
+var base = script.Base()
 
 // TestData runs the scripts at the top of testdata/ with the public test kit
 // (package projtest documents the commands and the event lines); its

@@ -21,15 +21,15 @@ import (
 )
 
 // Base is the time of seq 0 in scripts: an event line without at= happens
-// at Base + seq seconds.
-var Base = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+// at Base() + seq seconds.
+func Base() time.Time { return time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC) }
 
 // Entry is one line of an apply block: an event, or a body stored as is.
 type Entry struct {
 	// Seq is the seq the line names with seq=; 0 is the next seq (the
 	// state's seq + 1).
 	Seq uint64
-	// At is the time the line names with at=; zero is Base + seq seconds.
+	// At is the time the line names with at=; zero is Base() + seq seconds.
 	At time.Time
 	// Raw is the body of a raw or raw64 line; nil for an event line.
 	Raw []byte
@@ -141,7 +141,7 @@ func (e Entry) Body(seq uint64) []byte {
 	}
 	at := e.At
 	if at.IsZero() {
-		at = Base.Add(time.Duration(seq) * time.Second)
+		at = Base().Add(time.Duration(seq) * time.Second)
 	}
 	// The envelope of events.Encode, field for field.
 	env := struct {
@@ -160,7 +160,7 @@ func (e Entry) Body(seq uint64) []byte {
 }
 
 // FormatEvent is the script line of ev. last is the highest seq before it:
-// seq= is left out when ev.Seq is last+1, and at= when ev.At is Base + seq
+// seq= is left out when ev.Seq is last+1, and at= when ev.At is Base() + seq
 // seconds, so a script converted from a hand-written one reads like it.
 func FormatEvent(ev events.Event, last uint64) (string, error) {
 	if ev.Data == nil {
@@ -172,7 +172,7 @@ func FormatEvent(ev events.Event, last uint64) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString(prefix(ev.Seq, last))
-	if at := ev.At.UTC(); !at.Equal(Base.Add(time.Duration(ev.Seq) * time.Second)) {
+	if at := ev.At.UTC(); !at.Equal(Base().Add(time.Duration(ev.Seq) * time.Second)) {
 		fmt.Fprintf(&b, "at=%s ", at.Format(time.RFC3339Nano))
 	}
 	fmt.Fprintf(&b, "%d %s %s %s", ev.Term, formatWriter(ev.Writer), ev.Type(), data)

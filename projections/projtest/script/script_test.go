@@ -23,8 +23,8 @@ func TestFormatParseEvent(t *testing.T) {
 	}
 	odd := []events.Event{
 		{Term: 3, Writer: "", At: time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC), Data: events.TermStarted{Term: 3, Leader: "a b"}},
-		{Term: 3, Writer: `meta "x" 1`, At: script.Base, Data: events.StoreRegistered{Store: "<s>&", RaftAddr: "a:1"}},
-		{Term: 3, Writer: "tab\there", At: script.Base, Data: events.WorkerExpired{ID: 1, Epoch: 2}},
+		{Term: 3, Writer: `meta "x" 1`, At: script.Base(), Data: events.StoreRegistered{Store: "<s>&", RaftAddr: "a:1"}},
+		{Term: 3, Writer: "tab\there", At: script.Base(), Data: events.WorkerExpired{ID: 1, Epoch: 2}},
 	}
 	last := uint64(0)
 	for i, ev := range append(mix.Events, odd...) {
