@@ -58,12 +58,15 @@ folds it with the same projection every replica runs.
 
 Default: the timeline, one line per event with the fold's outcome (filters:
 --worker --endpoint --store --shard --type --from-seq --to-seq --from-time
---to-time; --follow keeps tailing the live stream). Or one of:
+--to-time; --tail N keeps the last N; --follow keeps tailing the live stream,
+after the last 10 events of its history by default). Or one of:
   --until-seq N / --until-time T   the projected state at that point
   --state                          the state at the end of the log
   --history worker:ID|store:S|shard:N|endpoint:H:P
   --rejected                       every rejected event (stale-term, future-term, invalid)
-  --check                          invariants after every event; non-zero exit at the first violation
+  --check                          seqs 1, 2, 3... without gap, swap or duplicate, and the
+                                   invariants after every event; non-zero exit naming the
+                                   first offending line and seq
   --diff A..B                      what changed between the state after seq A and after seq B
   --to-script OUT                  a projection script of the log (package projtest):
                                    the events with today's outcomes, the state at the
