@@ -57,6 +57,11 @@ type Options struct {
 	// Follow keeps reading the timeline as the log grows, until ctx is
 	// done. The Source must be a Follower. Only with ModeTimeline.
 	Follow bool
+	// Tail, when not 0, prints only the last Tail matching events of the
+	// timeline's history: the whole log, or with Follow the log up to its
+	// end when the replay started (new events are all printed). TailNone
+	// prints none of the history. Every event is folded either way.
+	Tail int
 	// JSON prints JSON: one object a line for timelines (ModeTimeline,
 	// ModeRejected), one document otherwise.
 	JSON bool
@@ -75,6 +80,14 @@ type Options struct {
 	// it. A snapshot that cannot be used is reported on Diag and passed
 	// over; with none usable the replay folds from seq 1.
 	Snapshots events.SnapshotStore
+}
+
+// TailNone as Options.Tail prints no event of the history.
+const TailNone = -1
+
+// Tailer is a Source that knows its last seq (the live stream does).
+type Tailer interface {
+	Tail(ctx context.Context) (uint64, error)
 }
 
 // Filter selects timeline events; every field set must match. The zero
@@ -165,6 +178,12 @@ func (o Options) validate() error {
 	default:
 		return fmt.Errorf("unknown mode %d", o.Mode)
 	}
+	if o.Tail < TailNone {
+		return fmt.Errorf("tail %d: want a count of events (or TailNone)", o.Tail)
+	}
+	if o.Tail != 0 && o.Mode != ModeTimeline {
+		return errors.New("tail limits the timeline only")
+	}
 	if o.Follow && (o.Mode != ModeTimeline || o.UntilSeq > 0 || !o.UntilTime.IsZero() || o.Filter.ToSeq > 0) {
 		return errors.New("follow prints the timeline only, without an upper bound")
 	}
@@ -184,7 +203,108 @@ func (e *CheckError) Error() string {
 	if e.Line > 0 {
 		where += fmt.Sprintf(" (line %d)", e.Line)
 	}
-	return fmt.Sprintf("check failed after %s, event %d: %s", where, e.Events, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
+	when := "after"
+	var se *SeqError
+	if errors.As(e.Err, &se) {
+		when = "at"
+	}
+	return fmt.Sprintf("check failed %s %s, event %d: %s", when, where, e.Events, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
+}
+
+// Sequence problems ModeCheck reports (SeqError.Kind).
+const (
+	SeqGap        = "gap"
+	SeqOutOfOrder = "out-of-order"
+	SeqDuplicate  = "duplicate"
+)
+
+// SeqError is a log whose seqs do not run 1, 2, 3, ...: a seq missing, two
+// lines swapped, or a seq twice. It names the first offending entry.
+type SeqError struct {
+	Kind string
+	Seq  uint64 // the offending entry's seq
+	Line int    // and its line (0 for the live stream)
+	// Want is the seq expected in its place.
+	Want uint64
+	// Other is, for out-of-order, the missing seq that came later, and for
+	// a duplicate the seq itself; OtherLine is where it is (the later line,
+	// or the first line that held the seq).
+	Other     uint64
+	OtherLine int
+
+	n uint64 // the entry's place in the log (1 for the first)
+}
+
+func (e *SeqError) Error() string {
+	at := func(line int) string {
+		if line > 0 {
+			return fmt.Sprintf(" (line %d)", line)
+		}
+		return ""
+	}
+	switch e.Kind {
+	case SeqOutOfOrder:
+		return fmt.Sprintf("seq %d is out of order: seq %d comes after it%s", e.Seq, e.Other, at(e.OtherLine))
+	case SeqDuplicate:
+		held := "an earlier entry holds it"
+		if e.OtherLine > 0 {
+			held = fmt.Sprintf("line %d holds it", e.OtherLine)
+		}
+		return fmt.Sprintf("seq %d is a duplicate: %s; seq %d was expected", e.Seq, held, e.Want)
+	}
+	if e.Seq-e.Want == 1 {
+		return fmt.Sprintf("seq %d leaves a gap: seq %d is missing", e.Seq, e.Want)
+	}
+	return fmt.Sprintf("seq %d leaves a gap: seqs %d..%d are missing", e.Seq, e.Want, e.Seq-1)
+}
+
+// seqCheck follows the seqs of a checked log. A jump past the next seq is
+// a gap or the first of two swapped lines: the entry after it tells.
+type seqCheck struct {
+	next  uint64 // the seq expected next
+	lines []int  // lines[i] is the line of seq i+1 (JSONL)
+	jump  *SeqError
+}
+
+// see checks it, the n-th entry.
+func (c *seqCheck) see(it Item, n uint64) error {
+	if c.next == 0 {
+		c.next = 1
+	}
+	seq := it.Seq
+	if seq == 0 { // a damaged line folded as corrupt (skip-corrupt): it holds the next seq
+		seq = c.next
+	}
+	if j := c.jump; j != nil {
+		c.jump = nil
+		if seq >= j.Want && seq < j.Seq {
+			j.Kind, j.Other, j.OtherLine = SeqOutOfOrder, seq, it.Line
+		}
+		return j
+	}
+	switch {
+	case seq > c.next:
+		c.jump = &SeqError{Kind: SeqGap, Seq: seq, Line: it.Line, Want: c.next, n: n}
+	case seq < c.next:
+		e := &SeqError{Kind: SeqDuplicate, Seq: seq, Line: it.Line, Want: c.next, Other: seq, n: n}
+		if seq > 0 && int(seq) <= len(c.lines) {
+			e.OtherLine = c.lines[seq-1]
+		}
+		return e
+	}
+	if it.Line > 0 && seq == c.next {
+		c.lines = append(c.lines, it.Line)
+	}
+	c.next = max(c.next, seq+1)
+	return nil
+}
+
+// end reports a jump that nothing after it explained.
+func (c *seqCheck) end() error {
+	if c.jump != nil {
+		return c.jump
+	}
+	return nil
 }
 
 func (e *CheckError) Unwrap() error { return e.Err }
@@ -224,6 +344,24 @@ func Run(ctx context.Context, src Source, o Options, out io.Writer) error {
 	}
 	if !o.Follow {
 		r.prog = newProgress(o.Diag, o.Now, "replay")
+	}
+	r.live = o.Tail == 0
+	if o.Follow && o.Tail != 0 {
+		tl, ok := src.(Tailer)
+		if !ok {
+			return errors.New("tail with follow needs a source that knows its last seq")
+		}
+		end, err := tl.Tail(ctx)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		r.histEnd, r.live = end, end == 0
+	}
+	if pc, ok := src.(prechecker); ok && !o.SkipCorrupt {
+		// A damaged line is reported before anything is printed.
+		if err := pc.precheck(ctx); err != nil {
+			return err
+		}
 	}
 	var err error
 	if o.Follow {
@@ -268,6 +406,12 @@ type runner struct {
 	werr error
 
 	matched uint64 // lines printed (timeline, history, rejected)
+	// Tail: the history's last matching steps, printed once it ends.
+	ring    []Step
+	ringAt  int
+	seen    uint64 // matching steps, printed or not
+	histEnd uint64 // with Follow: the last seq of the history
+	live    bool   // the history is over: print every match
 	header  bool
 	stopped bool // an entry past the bounds was met
 
@@ -279,6 +423,8 @@ type runner struct {
 	byWriter map[string]uint64
 	// ModeDiff
 	from *projections.State
+	// ModeCheck
+	seqs seqCheck
 	// snap is the snapshot the fold started from, if any.
 	snap *events.SnapshotInfo
 }
@@ -346,13 +492,26 @@ func (r *runner) item(it Item) error {
 	if r.o.Mode == ModeDiff && r.from == nil && it.Seq > r.o.DiffFrom {
 		r.from = r.f.State().Clone()
 	}
+	if r.o.Mode == ModeCheck {
+		if err := r.seqs.see(it, r.f.Count()+1); err != nil {
+			return r.seqError(err)
+		}
+	}
 	existed := r.o.Mode == ModeHistory && r.exists()
 	st := r.f.Fold(it)
 	r.prog.tick(r.f.Count(), r.f.State().Seq)
 	switch r.o.Mode {
 	case ModeTimeline:
 		if r.o.Filter.Match(st) {
-			r.printStep(st)
+			r.seen++
+			if r.live {
+				r.printStep(st)
+			} else {
+				r.keep(st)
+			}
+		}
+		if !r.live && r.o.Follow && st.Seq >= r.histEnd {
+			r.endHistory()
 		}
 	case ModeHistory:
 		if st.Touch.Has(r.o.Subject) {
@@ -389,11 +548,39 @@ func (r *runner) reached() bool {
 	return false
 }
 
+// keep remembers a step of the history for the tail.
+func (r *runner) keep(st Step) {
+	n := r.o.Tail
+	if n <= 0 {
+		return
+	}
+	if len(r.ring) < n {
+		r.ring = append(r.ring, st)
+		return
+	}
+	r.ring[r.ringAt] = st
+	r.ringAt = (r.ringAt + 1) % n
+}
+
+// endHistory prints the tail of the history and goes live.
+func (r *runner) endHistory() {
+	for i := range r.ring {
+		r.printStep(r.ring[(r.ringAt+i)%len(r.ring)])
+	}
+	r.ring, r.live = nil, true
+	if r.werr == nil {
+		r.werr = r.out.Flush()
+	}
+}
+
 func (r *runner) finish() error {
 	s := r.f.State()
 	switch r.o.Mode {
 	case ModeTimeline:
-		if r.matched == 0 && !r.o.JSON {
+		if !r.live {
+			r.endHistory()
+		}
+		if r.seen == 0 && !r.o.JSON {
 			r.printf("no event matches (%d events read, last seq %d)\n", r.f.Count(), s.Seq)
 		}
 	case ModeState:
@@ -406,6 +593,9 @@ func (r *runner) finish() error {
 	case ModeRejected:
 		r.finishRejected()
 	case ModeCheck:
+		if err := r.seqs.end(); err != nil {
+			return r.seqError(err)
+		}
 		if r.o.JSON {
 			r.printJSON(checkJSON{OK: true, Events: r.f.Count(), Seq: s.Seq, Hash: s.Hash()})
 		} else {
@@ -463,6 +653,17 @@ func (r *runner) check(st Step) error {
 			list = append(list, e.Error())
 		}
 		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: list})
+	}
+	return ce
+}
+
+// seqError reports a sequence problem as a failed check.
+func (r *runner) seqError(err error) error {
+	var se *SeqError
+	errors.As(err, &se)
+	ce := &CheckError{Seq: se.Seq, Line: se.Line, Events: se.n, Err: se}
+	if r.o.JSON {
+		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: []string{se.Error()}})
 	}
 	return ce
 }

@@ -484,3 +484,97 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowTail prints only the last N events of the history, then every
+// new one; TailNone prints only the new ones.
+func TestFollowTail(t *testing.T) {
+	for _, tc := range []struct {
+		tail int
+		want []string // seqs printed from the history
+	}{{2, []string{`"seq":4`, `"seq":5`}}, {replay.TailNone, nil}, {0, []string{`"seq":1`, `"seq":2`, `"seq":3`, `"seq":4`, `"seq":5`}}} {
+		t.Run(fmt.Sprint(tc.tail), func(t *testing.T) {
+			mem := events.NewMemLog()
+			defer mem.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			at := time.Date(2026, 11, 30, 3, 0, 1, 0, time.UTC)
+			if _, err := mem.Append(ctx, 0, events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.TermStarted{Term: 1, Leader: "meta-1"}}); err != nil {
+				t.Fatal(err)
+			}
+			for i := uint64(1); i <= 4; i++ {
+				if _, err := mem.Append(ctx, i, events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.StoreRegistered{Store: fmt.Sprint("s", i), RaftAddr: "a:1"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := &syncBuffer{lines: make(chan string, 16)}
+			done := make(chan error, 1)
+			src := tailSignal{Follower: replay.Stream(mem), log: mem, read: make(chan struct{})}
+			go func() {
+				done <- replay.Run(ctx, src, replay.Options{Follow: true, JSON: true, Tail: tc.tail}, out)
+			}()
+			if tc.tail != 0 {
+				<-src.read // the history ends where the log ended then
+			}
+			next := func() string {
+				t.Helper()
+				select {
+				case l := <-out.lines:
+					return l
+				case <-time.After(10 * time.Second):
+					t.Fatal("no line")
+				}
+				return ""
+			}
+			for _, want := range tc.want {
+				if l := next(); !strings.Contains(l, want) {
+					t.Fatalf("got %s, want %s", l, want)
+				}
+			}
+			// A new event is printed at once: the history is over.
+			if _, err := mem.Append(ctx, 5, events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.StoreRegistered{Store: "s9", RaftAddr: "a:9"}}); err != nil {
+				t.Fatal(err)
+			}
+			if l := next(); !strings.Contains(l, `"seq":6`) {
+				t.Fatalf("got %s, want seq 6", l)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case l := <-out.lines:
+				t.Fatalf("extra line %s", l)
+			default:
+			}
+		})
+	}
+}
+
+// TestTailFile prints the last N matching events of a file.
+func TestTailFile(t *testing.T) {
+	f, err := os.Open(filepath.Join("testdata", "logs", "handoff.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	if err := replay.Run(context.Background(), replay.JSONL(f), replay.Options{Tail: 2, Filter: replay.Filter{Type: "worker."}}, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[1], "7 ") || !strings.HasPrefix(lines[2], "8 ") {
+		t.Fatalf("tail 2 of worker events:\n%s", out.String())
+	}
+}
+
+// tailSignal says when the replay has read the log's last seq.
+type tailSignal struct {
+	replay.Follower
+	log  *events.MemLog
+	read chan struct{}
+}
+
+func (s tailSignal) Tail(ctx context.Context) (uint64, error) {
+	defer close(s.read)
+	return s.log.Tail(ctx)
+}

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/termlog/termlog/events"
@@ -77,6 +79,8 @@ func (s logSource) ReadFrom(ctx context.Context, from uint64, fn func(Item) erro
 	return s.l.Read(ctx, from, func(r events.Record) error { return fn(recordItem(r.Seq, r.Data, 0)) })
 }
 
+func (s logSource) Tail(ctx context.Context) (uint64, error) { return s.l.Tail(ctx) }
+
 func (s logSource) Follow(ctx context.Context, fn func(Item) error) error {
 	return s.l.Watch(ctx, 1, func(r events.Record) error { return fn(recordItem(r.Seq, r.Data, 0)) })
 }
@@ -96,12 +100,57 @@ func recordItem(seq uint64, body []byte, line int) Item {
 // the format). It reads r once: a second Read continues where the first
 // stopped. Blank lines are skipped; a line longer than events.MaxLineBytes
 // is a damaged line, and reading goes on after it.
-func JSONL(r io.Reader) Source { return &jsonlSource{r: bufio.NewReaderSize(r, 64*1024)} }
+//
+// Over an io.ReadSeeker (a file), Run and ToScript first read the whole
+// input for damaged lines, so one is reported before any output.
+func JSONL(r io.Reader) Source {
+	return &jsonlSource{in: r, r: bufio.NewReaderSize(r, 64*1024)}
+}
 
 type jsonlSource struct {
+	in   io.Reader
 	r    *bufio.Reader
 	line int
 	err  error // sticky read error
+}
+
+// prechecker is a Source that can look for damaged entries before a read.
+type prechecker interface {
+	precheck(ctx context.Context) error
+}
+
+// precheck reads the rest of a seekable input and returns the first
+// damaged line as Run would ("corrupt line: ..."), then rewinds.
+func (s *jsonlSource) precheck(ctx context.Context) error {
+	rs, ok := s.in.(io.ReadSeeker)
+	if !ok || s.line > 0 || s.err != nil || s.r.Buffered() > 0 {
+		return nil
+	}
+	start, err := rs.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil // not really seekable (a pipe): read it once
+	}
+	scan := &jsonlSource{in: rs, r: bufio.NewReaderSize(rs, 64*1024)}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		it, err := scan.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if it.Damaged {
+			return fmt.Errorf("corrupt line: %w", it.Err)
+		}
+	}
+	if _, err := rs.Seek(start, io.SeekStart); err != nil {
+		return fmt.Errorf("rewind after checking the lines: %w", err)
+	}
+	s.r.Reset(rs)
+	return nil
 }
 
 func (s *jsonlSource) Read(ctx context.Context, fn func(Item) error) error {
@@ -180,6 +229,9 @@ func (s *jsonlSource) readLine() (b []byte, tooLong bool, err error) {
 	}
 }
 
+// leadingSeq reads the seq of a line that starts as an export line does.
+var leadingSeq = regexp.MustCompile(`^\{\s*"seq"\s*:\s*([0-9]{1,19})\s*[,}]`)
+
 // rawLine is the export form of a stored record that does not decode.
 type rawLine struct {
 	Seq       uint64  `json:"seq"`
@@ -212,6 +264,13 @@ func decodeLine(b []byte, line int) Item {
 		de.Line = line
 		if de.Seq == 0 {
 			de.Seq = ev.Seq
+		}
+		if de.Seq == 0 {
+			// A torn line may still begin with its seq: name it in the
+			// error (the entry's own seq stays unknown to the fold).
+			if m := leadingSeq.FindSubmatch(b); m != nil {
+				de.Seq, _ = strconv.ParseUint(string(m[1]), 10, 64)
+			}
 		}
 	}
 	return Item{Seq: ev.Seq, Line: line, Event: ev, Err: err, Damaged: true}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +42,10 @@ type replayFlags struct {
 	fromTime    string
 	toTime      string
 	noSnapshot  bool
+	toScript    string
+	stateAt     []string
+	fromScript  string
+	tail        int
 }
 
 func newReplay(g *globals) *cobra.Command {
@@ -52,13 +58,23 @@ folds it with the same projection every replica runs.
 
 Default: the timeline, one line per event with the fold's outcome (filters:
 --worker --endpoint --store --shard --type --from-seq --to-seq --from-time
---to-time; --follow keeps tailing the live stream). Or one of:
+--to-time; --tail N keeps the last N; --follow keeps tailing the live stream,
+after the last 10 events of its history by default). Or one of:
   --until-seq N / --until-time T   the projected state at that point
   --state                          the state at the end of the log
   --history worker:ID|store:S|shard:N|endpoint:H:P
   --rejected                       every rejected event (stale-term, future-term, invalid)
-  --check                          invariants after every event; non-zero exit at the first violation
+  --check                          seqs 1, 2, 3... without gap, swap or duplicate, and the
+                                   invariants after every event; non-zero exit naming the
+                                   first offending line and seq
   --diff A..B                      what changed between the state after seq A and after seq B
+  --to-script OUT                  a projection script of the log (package projtest):
+                                   the events with today's outcomes, the state at the
+                                   end and at each --state-at seq; the filters choose
+                                   the events printed one by one, the others are kept
+                                   in "apply quiet" blocks; --until-seq, --to-seq,
+                                   --until-time and --to-time end it
+  --from-script S                  the JSONL of the events a script folds (stdout)
 --json prints JSON (a line per event for timelines, a document otherwise).
 The state at a seq and a diff of the live stream start from the newest usable
 snapshot at or below the seq they need and fold only the events after it
@@ -89,6 +105,10 @@ Progress of long replays goes to stderr.`,
 	fl.StringVar(&f.fromTime, "from-time", "", "timeline: events at or after this RFC3339 time")
 	fl.StringVar(&f.toTime, "to-time", "", "timeline: events at or before this RFC3339 time")
 	fl.BoolVar(&f.noSnapshot, "no-snapshot", false, "state and diff of the live stream: fold from seq 1 instead of starting from the newest usable snapshot")
+	fl.StringVar(&f.toScript, "to-script", "", "write the log as a projection script to this file (- for stdout)")
+	fl.StringSliceVar(&f.stateAt, "state-at", nil, "with --to-script: also print the state after these seqs (repeat or comma-separate)")
+	fl.StringVar(&f.fromScript, "from-script", "", "print the JSONL of the events this projection script folds (- for stdin)")
+	fl.IntVar(&f.tail, "tail", -1, "timeline: print only the last N matching events of the history (with --follow: default 10, then every new one; -1: all)")
 	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
 	return cmd
 }
@@ -145,7 +165,10 @@ func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
 	if err != nil {
 		return o, err
 	}
-	if o.Mode != replay.ModeTimeline && o.Filter != (replay.Filter{}) {
+	if cmd.Flags().Changed("tail") && (f.tail < -1 || o.Mode != replay.ModeTimeline) {
+		return o, errors.New("--tail N limits the timeline to its last N events (-1: all)")
+	}
+	if f.toScript == "" && o.Mode != replay.ModeTimeline && o.Filter != (replay.Filter{}) {
 		return o, errors.New("--worker, --endpoint, --store, --shard, --type, --from-*/--to-* filter the timeline only")
 	}
 	if f.follow && f.file != "" {
@@ -154,13 +177,123 @@ func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
 	return o, nil
 }
 
+// scriptFlags checks --to-script, --state-at and --from-script against the
+// other flags; it returns the --state-at seqs.
+func (f *replayFlags) scriptFlags(cmd *cobra.Command) ([]uint64, error) {
+	changed := func(names ...string) []string {
+		var set []string
+		for _, n := range names {
+			if cmd.Flags().Changed(n) {
+				set = append(set, "--"+n)
+			}
+		}
+		return set
+	}
+	modes := []string{"state", "history", "rejected", "check", "diff", "follow", "json", "tail", "skip-corrupt"}
+	if f.fromScript != "" {
+		if set := changed(append(modes, "file", "to-script", "state-at", "until-seq", "until-time", "worker", "endpoint", "store", "shard", "type", "from-seq", "to-seq", "from-time", "to-time", "no-snapshot")...); len(set) > 0 {
+			return nil, fmt.Errorf("--from-script converts a script to JSONL on stdout; it takes no other replay flag (got %s)", strings.Join(set, " "))
+		}
+		return nil, nil
+	}
+	if f.toScript == "" {
+		if len(f.stateAt) > 0 {
+			return nil, errors.New("--state-at goes with --to-script (for the state at one seq, use --until-seq)")
+		}
+		return nil, nil
+	}
+	if set := changed(modes...); len(set) > 0 {
+		return nil, fmt.Errorf("--to-script writes a script; it does not go with %s", strings.Join(set, " "))
+	}
+	var at []uint64
+	for _, v := range f.stateAt {
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("--state-at %q: want a seq (a positive integer)", v)
+		}
+		at = append(at, n)
+	}
+	return at, nil
+}
+
+// runFromScript prints the JSONL of the events a script folds.
+func runFromScript(cmd *cobra.Command, path string) error {
+	in := cmd.InOrStdin()
+	if path != "-" {
+		fh, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		in = fh
+	}
+	st, err := replay.FromScript(in, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "converted %s from %s\n", describe(st), path)
+	return nil
+}
+
+// runToScript writes src as a script to f.toScript: next to it and renamed
+// at the end, so a failed conversion leaves no partial file.
+func runToScript(cmd *cobra.Command, f *replayFlags, o replay.Options, stateAt []uint64, src replay.Source, name string) error {
+	so := replay.ScriptOptions{Filter: o.Filter, UntilSeq: o.UntilSeq, UntilTime: o.UntilTime, StateAt: stateAt, Source: name, Diag: cmd.ErrOrStderr()}
+	ctx := cmd.Context()
+	report := func(st replay.ScriptStats, to string) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d events (seq %d..%d, %d printed one by one) as %d commands to %s\n",
+			st.Events, st.First, st.Last, st.Printed, st.Commands, to)
+	}
+	if f.toScript == "-" {
+		st, err := replay.ToScript(ctx, src, so, cmd.OutOrStdout())
+		if err == nil {
+			report(st, "stdout")
+		}
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.toScript), filepath.Base(f.toScript)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	st, err := replay.ToScript(ctx, src, so, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), f.toScript); err != nil {
+		return err
+	}
+	report(st, f.toScript)
+	return nil
+}
+
 func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
+	stateAt, err := f.scriptFlags(cmd)
+	if err != nil {
+		return err
+	}
+	if f.fromScript != "" {
+		return runFromScript(cmd, f.fromScript)
+	}
 	o, err := f.options(cmd)
 	if err != nil {
 		return err
 	}
+	// --tail -1 (all) is Tail 0, --tail 0 is TailNone.
+	switch tail := f.tail; {
+	case f.follow && !cmd.Flags().Changed("tail"):
+		o.Tail = 10
+	case tail == 0:
+		o.Tail = replay.TailNone
+	case tail > 0:
+		o.Tail = tail
+	}
 	ctx := cmd.Context()
 	var src replay.Source
+	name := "the live stream"
 	if f.file != "" {
 		fh, err := os.Open(f.file)
 		if err != nil {
@@ -168,6 +301,7 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		}
 		defer fh.Close()
 		src = replay.JSONL(fh)
+		name = filepath.Base(f.file)
 	} else {
 		nc, l, err := connectStream(ctx, g, "termlog-replay", natslog.RoleObserver)
 		if err != nil {
@@ -175,11 +309,15 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		}
 		defer nc.Close()
 		src = replay.Stream(l)
-		if !f.noSnapshot && replay.SnapshotSound(o) {
+		if f.toScript == "" && !f.noSnapshot && replay.SnapshotSound(o) {
 			o.Snapshots = bindSnapshots(ctx, l, cmd.ErrOrStderr())
 		}
 	}
-	err = replay.Run(ctx, src, o, cmd.OutOrStdout())
+	if f.toScript != "" {
+		err = runToScript(cmd, f, o, stateAt, src, name)
+	} else {
+		err = replay.Run(ctx, src, o, cmd.OutOrStdout())
+	}
 	var de *events.DecodeError
 	if errors.As(err, &de) && de.Line > 0 && !f.skipCorrupt {
 		return fmt.Errorf("%s: %w; --skip-corrupt folds the line as a corrupt event and reads on", f.file, err)

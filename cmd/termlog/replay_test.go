@@ -3,17 +3,24 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/projections/projtest"
 	"github.com/termlog/termlog/replay"
 )
 
@@ -249,5 +256,303 @@ func TestReplayFlags(t *testing.T) {
 	}
 	if !strings.HasPrefix(out, "ok: 11 events") || !strings.Contains(errOut, "skipped corrupt line 3") {
 		t.Errorf("--skip-corrupt: stdout %q stderr %q", out, errOut)
+	}
+}
+
+// runBin runs the built binary and returns its stdout, stderr and exit code.
+func runBin(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// writeLines writes a JSONL file made of lines of testdata/replay.jsonl
+// (1-based numbers; 0 is a torn line).
+func writeLines(t *testing.T, name string, pick ...int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "replay.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.SplitAfter(string(b), "\n")
+	var out strings.Builder
+	for _, n := range pick {
+		if n == 0 {
+			out.WriteString("{\"seq\":4,\"v\":1,\"term\":7,\"wri\n")
+			continue
+		}
+		out.WriteString(src[n-1])
+	}
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestCLIReplayForensics runs the built binary on damaged files: --check
+// names the first gap, swapped line or duplicate and exits non-zero; a
+// filter applies to a duplicate; a corrupt line fails before any output,
+// naming the line and its seq.
+func TestCLIReplayForensics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	// testdata/replay.jsonl: line n holds seq n, except line 6 is blank
+	// and seq 6..11 are on lines 7..12.
+	for _, tc := range []struct {
+		name string
+		pick []int
+		want string
+	}{
+		{"gap", []int{1, 2, 3, 5, 7}, "check failed at seq 5 (line 4), event 4: seq 5 leaves a gap: seq 4 is missing"},
+		{"swapped", []int{1, 2, 3, 5, 4, 7}, "check failed at seq 5 (line 4), event 4: seq 5 is out of order: seq 4 comes after it (line 5)"},
+		{"duplicate", []int{1, 2, 3, 4, 5, 2, 7}, "check failed at seq 2 (line 6), event 6: seq 2 is a duplicate: line 2 holds it; seq 6 was expected"},
+	} {
+		path := writeLines(t, tc.name+".jsonl", tc.pick...)
+		out, errOut, code := runBin(t, bin, "replay", "--check", "--file", path)
+		if code == 0 || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want non-zero and %q", tc.name, code, out, errOut, tc.want)
+		}
+	}
+	// The whole file passes.
+	if out, errOut, code := runBin(t, bin, "replay", "--check", "--file", filepath.Join("testdata", "replay.jsonl")); code != 0 || !strings.HasPrefix(out, "ok: 11 events") {
+		t.Errorf("intact file: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// --from-seq applies to a duplicated seq as to any other.
+	dup := writeLines(t, "dup.jsonl", 1, 2, 3, 4, 5, 7, 8, 9, 5)
+	out, errOut, code := runBin(t, bin, "replay", "--file", dup, "--from-seq", "7")
+	if code != 0 || strings.Contains(out, "duplicate") || !strings.Contains(out, "\n8 ") {
+		t.Errorf("--from-seq 7 with a duplicate seq 5: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = runBin(t, bin, "replay", "--file", dup)
+	if !strings.Contains(out, "duplicate") {
+		t.Errorf("without a filter the duplicate is not shown:\n%s", out)
+	}
+
+	// A torn line 4 (seq 4): the error comes first, and alone.
+	torn := writeLines(t, "torn.jsonl", 1, 2, 3, 0, 5, 7)
+	for _, args := range [][]string{{}, {"--state"}, {"--check"}, {"--to-script", "-"}} {
+		out, errOut, code := runBin(t, bin, append([]string{"replay", "--file", torn}, args...)...)
+		if code == 0 || out != "" || !strings.Contains(errOut, "line 4: seq 4: malformed event") || !strings.Contains(errOut, "--skip-corrupt") {
+			t.Errorf("torn line %v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+}
+
+// TestCLIReplayScript converts a file to a script with the built binary,
+// runs the script with the kit, and converts it back: the same events.
+func TestCLIReplayScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	in := filepath.Join("testdata", "replay.jsonl")
+	dir := t.TempDir()
+	s := filepath.Join(dir, "incident.txt")
+	_, errOut, code := runBin(t, bin, "replay", "--file", in, "--to-script", s, "--state-at", "5,8")
+	if code != 0 || !strings.Contains(errOut, "wrote 11 events (seq 1..11, 11 printed one by one)") {
+		t.Fatalf("--to-script: exit %d: %s", code, errOut)
+	}
+	b, err := os.ReadFile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# the state at seq 5\nstate\n", "# the state at seq 8\nstate\n", "5 rejected stale-term: term 1 < current term 7\n"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("script lacks %q", want)
+		}
+	}
+	projtest.RunFile(t, s)
+
+	jsonl, errOut, code := runBin(t, bin, "replay", "--from-script", s)
+	if code != 0 {
+		t.Fatalf("--from-script: exit %d: %s", code, errOut)
+	}
+	back := filepath.Join(dir, "back.jsonl")
+	if err := os.WriteFile(back, []byte(jsonl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := normalize(t, back), normalize(t, in); got != want {
+		t.Errorf("JSONL -> script -> JSONL differs:\n%s\n---\n%s", got, want)
+	}
+	// replay takes the converted file.
+	if out, errOut, code := runBin(t, bin, "replay", "--check", "--file", back); code != 0 || !strings.HasPrefix(out, "ok: 11 events") {
+		t.Errorf("replay of the converted file: exit %d\n%s%s", code, out, errOut)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--file", in, "--to-script", "-", "--check"}, "does not go with --check"},
+		{[]string{"--file", in, "--state-at", "3"}, "--state-at goes with --to-script"},
+		{[]string{"--file", in, "--to-script", "-", "--state-at", "x"}, `--state-at "x"`},
+		{[]string{"--from-script", s, "--file", in}, "takes no other replay flag"},
+		{[]string{"--from-script", filepath.Join(dir, "missing.txt")}, "no such file"},
+		{[]string{"--file", in, "--state", "--tail", "3"}, "--tail N limits the timeline"},
+	} {
+		out, errOut, code := runBin(t, bin, append([]string{"replay"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q\n%s", tc.args, code, errOut, tc.want, out)
+		}
+	}
+	// A failed conversion leaves no file under the name asked for.
+	torn := writeLines(t, "torn.jsonl", 1, 2, 0)
+	partial := filepath.Join(dir, "partial.txt")
+	if _, _, code := runBin(t, bin, "replay", "--file", torn, "--to-script", partial); code == 0 {
+		t.Error("--to-script of a torn file succeeded")
+	}
+	if _, err := os.Stat(partial); !os.IsNotExist(err) {
+		t.Errorf("a failed --to-script left %s: %v", partial, err)
+	}
+}
+
+// TestCLIFollowTail follows the live stream with the built binary: --tail 2
+// prints the last two events of the history, then the new ones.
+func TestCLIFollowTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Port: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	live := []string{"--nats", srv.ClientURL(), "--cluster", "tailtest", "replay"}
+	if out, errOut, code := runBin(t, bin, append(live, "import", writeLines(t, "first.jsonl", 1, 2, 3, 4, 5))...); code != 0 {
+		t.Fatalf("import: %s%s", out, errOut)
+	}
+	// --to-script reads the live stream as it reads the file.
+	fromStream, errOut, code := runBin(t, bin, append(live, "--to-script", "-")...)
+	fromFile, _, _ := runBin(t, bin, "replay", "--file", writeLines(t, "same.jsonl", 1, 2, 3, 4, 5), "--to-script", "-")
+	if code != 0 || fromStream != strings.Replace(fromFile, "from same.jsonl", "from the live stream", 1) {
+		t.Errorf("--to-script of the stream: exit %d %s\n%s\n---\n%s", code, errOut, fromStream, fromFile)
+	}
+	// import takes what --from-script makes of a script.
+	script := filepath.Join(t.TempDir(), "s.txt")
+	if _, errOut, code := runBin(t, bin, "replay", "--file", filepath.Join("testdata", "replay.jsonl"), "--to-script", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	jsonl, errOut, code := runBin(t, bin, "replay", "--from-script", script)
+	back := filepath.Join(t.TempDir(), "back.jsonl")
+	if err := os.WriteFile(back, []byte(jsonl), 0o644); code != 0 || err != nil {
+		t.Fatalf("--from-script: %v %s", err, errOut)
+	}
+	if out, errOut, code := runBin(t, bin, "--nats", srv.ClientURL(), "--cluster", "fromscript", "replay", "import", back); code != 0 || !strings.Contains(out, "imported 11 events (seq 1..11, 2 raw)") {
+		t.Errorf("import of a converted script: exit %d\n%s%s", code, out, errOut)
+	}
+	p := startProc(t, bin, append(live, "--follow", "--tail", "2", "--json")...)
+	p.waitFor(t, `"seq":5`)
+	// Only the tail of the history: seq 4 and 5.
+	if got := p.out.String(); strings.Contains(got, `"seq":3`) || !strings.Contains(got, `"seq":4`) {
+		t.Fatalf("--tail 2 printed:\n%s", got)
+	}
+	// A new event is printed as it is appended.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: "tailtest", Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, 5, events.Event{Term: 7, Writer: "meta-2", At: time.Now(), Data: events.WorkerExpired{ID: 1, Epoch: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor(t, `"seq":6`)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("follow ended with %v after Ctrl-C\n%s", err, p.errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("follow did not stop on Ctrl-C")
+	}
+	if n := strings.Count(p.out.String(), "\n"); n != 3 {
+		t.Errorf("followed %d lines, want 3:\n%s", n, p.out.String())
+	}
+}
+
+// TestCLIUpToScript is the README's "From incident to unit test" with the
+// built binary: up, a leader handoff (meta stepdown), export, convert to a
+// script, which passes with the kit as written and holds the handoff.
+func TestCLIUpToScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	data := t.TempDir()
+	port := freeTCPPort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	auth := filepath.Join(data, "auth")
+	p := startUp(t, bin, data, port)
+	first := healthy(t, bin, url, auth)
+	if out, err := run(t, bin, "meta", "stepdown", "--nats", url, "--auth-dir", auth); err != nil {
+		t.Fatalf("meta stepdown: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
+		var s Status
+		if err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no handoff after stepdown within 30s:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+	dir := t.TempDir()
+	export := filepath.Join(dir, "incident.jsonl")
+	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url, "--auth-dir", auth); err != nil {
+		t.Fatalf("replay export: %v\n%s", err, out)
+	}
+	p.stop(t)
+
+	s := filepath.Join(dir, "incident.txt")
+	if out, errOut, code := runBin(t, bin, "replay", "--file", export, "--to-script", s); code != 0 {
+		t.Fatalf("--to-script: exit %d\n%s%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two terms, each opening an apply block, the second by another meta.
+	if n := strings.Count(string(b), "applied: term "); n < 2 {
+		t.Fatalf("the script holds %d term.started, want the handoff:\n%s", n, b)
+	}
+	projtest.RunFile(t, s)
+	jsonl, errOut, code := runBin(t, bin, "replay", "--from-script", s)
+	if code != 0 {
+		t.Fatalf("--from-script: exit %d: %s", code, errOut)
+	}
+	back := filepath.Join(dir, "back.jsonl")
+	if err := os.WriteFile(back, []byte(jsonl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if normalize(t, back) != normalize(t, export) {
+		t.Error("the export converted to a script and back is not the export")
 	}
 }

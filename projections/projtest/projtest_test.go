@@ -1,0 +1,77 @@
+package projtest_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/projections/projtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The example in the package documentation is a script that passes as
+// written.
+func TestDocExample(t *testing.T) {
+	src, err := os.ReadFile("projtest.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(src), "// A complete script")
+	if !ok {
+		t.Fatal("no example in the package doc")
+	}
+	body, _, ok := strings.Cut(after, "// # Go API")
+	if !ok {
+		t.Fatal("the example does not end before # Go API")
+	}
+	var script strings.Builder
+	started := false
+	for _, l := range strings.Split(body, "\n") {
+		l, ok := strings.CutPrefix(l, "//\t")
+		if !ok {
+			if started && strings.TrimSpace(strings.TrimPrefix(l, "//")) == "" {
+				script.WriteString("\n")
+			}
+			continue
+		}
+		started = true
+		script.WriteString(l + "\n")
+	}
+	if strings.Count(script.String(), "----") < 4 {
+		t.Fatalf("example too short:\n%s", script.String())
+	}
+	path := filepath.Join(t.TempDir(), "example")
+	if err := os.WriteFile(path, []byte(script.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	projtest.RunFile(t, path)
+}
+
+// The hand-written script of the README ("Your own event mix") passes.
+func TestReadmeExample(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(src), "Your own event mix")
+	if !ok {
+		t.Fatal("README has no own-event-mix example")
+	}
+	_, after, ok = strings.Cut(after, "```text\n")
+	if !ok {
+		t.Fatal("README example has no text block")
+	}
+	block, _, ok := strings.Cut(after, "```")
+	if !ok || !strings.Contains(block, "----") {
+		t.Fatalf("README example: %q", block)
+	}
+	path := filepath.Join(t.TempDir(), "readme")
+	if err := os.WriteFile(path, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	projtest.RunFile(t, path)
+}

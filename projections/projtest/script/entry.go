@@ -1,0 +1,205 @@
+// Package script is the pure core of projtest: the grammar of an event line,
+// the commands of a projection script run against a projections.State, and a
+// reader and writer of the datadriven file format. It imports events and
+// projections only (no testing, no I/O but the io.Reader and io.Writer it is
+// handed), so replay can write a script and read one back without a test
+// framework. The grammar is documented in package projtest.
+package script
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/termlog/termlog/events"
+)
+
+// Base is the time of seq 0 in scripts: an event line without at= happens
+// at Base() + seq seconds.
+func Base() time.Time { return time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC) }
+
+// Entry is one line of an apply block: an event, or a body stored as is.
+type Entry struct {
+	// Seq is the seq the line names with seq=; 0 is the next seq (the
+	// state's seq + 1).
+	Seq uint64
+	// At is the time the line names with at=; zero is Base() + seq seconds.
+	At time.Time
+	// Raw is the body of a raw or raw64 line; nil for an event line.
+	Raw []byte
+
+	Term   uint64
+	Writer string
+	Type   string
+	Data   json.RawMessage
+}
+
+// ParseEntry parses one line of an apply block:
+//
+//	[seq=<n>] [at=<RFC3339>] <term> <writer> <type> <json data>
+//	[seq=<n>] raw <body>
+//	[seq=<n>] raw64 <standard base64 of the body>
+//
+// The writer is a bare word, or a Go-quoted string when it is empty or holds
+// spaces or quotes.
+func ParseEntry(line string) (Entry, error) {
+	var e Entry
+	rest := strings.TrimSpace(line)
+	for {
+		tok, after := cutField(rest)
+		key, val, ok := strings.Cut(tok, "=")
+		if !ok || (key != "seq" && key != "at") {
+			break
+		}
+		switch key {
+		case "seq":
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil || n == 0 {
+				return e, fmt.Errorf("seq=%q: want a positive integer", val)
+			}
+			e.Seq = n
+		case "at":
+			t, err := time.Parse(time.RFC3339Nano, val)
+			if err != nil {
+				return e, fmt.Errorf("at=%q: want an RFC3339 time such as 2026-11-30T03:00:01Z", val)
+			}
+			e.At = t.UTC()
+		}
+		rest = after
+	}
+	if body, ok := cutKeyword(rest, "raw"); ok {
+		e.Raw = []byte(body)
+		return e, nil
+	}
+	if body, ok := cutKeyword(rest, "raw64"); ok {
+		b, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			return e, fmt.Errorf("raw64: %v", err)
+		}
+		e.Raw = b
+		return e, nil
+	}
+	termTok, rest := cutField(rest)
+	term, err := strconv.ParseUint(termTok, 10, 64)
+	if err != nil {
+		return e, fmt.Errorf("want [seq=N] [at=T] <term> <writer> <type> <json>, raw <body> or raw64 <base64>; term %q is not a number", termTok)
+	}
+	e.Term = term
+	if strings.HasPrefix(rest, `"`) {
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			return e, fmt.Errorf("writer %s: %v", rest, err)
+		}
+		e.Writer, _ = strconv.Unquote(q)
+		rest = strings.TrimLeftFunc(rest[len(q):], unicode.IsSpace)
+	} else {
+		e.Writer, rest = cutField(rest)
+	}
+	e.Type, rest = cutField(rest)
+	if e.Type == "" || rest == "" {
+		return e, errors.New("want [seq=N] [at=T] <term> <writer> <type> <json>: missing type or data")
+	}
+	if !json.Valid([]byte(rest)) {
+		return e, fmt.Errorf("data %s: not valid JSON", rest)
+	}
+	e.Data = json.RawMessage(rest)
+	return e, nil
+}
+
+// cutField splits off the first space-separated field.
+func cutField(s string) (field, rest string) {
+	s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	i := strings.IndexFunc(s, unicode.IsSpace)
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], strings.TrimLeftFunc(s[i:], unicode.IsSpace)
+}
+
+// cutKeyword reports whether s is kw alone or kw followed by a space, and
+// returns what follows (one space taken off).
+func cutKeyword(s, kw string) (string, bool) {
+	if s == kw {
+		return "", true
+	}
+	if after, ok := strings.CutPrefix(s, kw+" "); ok {
+		return after, true
+	}
+	return "", false
+}
+
+// Body is the stored body the entry stands for, at seq.
+func (e Entry) Body(seq uint64) []byte {
+	if e.Raw != nil {
+		return e.Raw
+	}
+	at := e.At
+	if at.IsZero() {
+		at = Base().Add(time.Duration(seq) * time.Second)
+	}
+	// The envelope of events.Encode, field for field.
+	env := struct {
+		V      int             `json:"v"`
+		Term   uint64          `json:"term"`
+		Writer string          `json:"writer"`
+		At     time.Time       `json:"at"`
+		Type   string          `json:"type"`
+		Data   json.RawMessage `json:"data"`
+	}{events.Version, e.Term, e.Writer, at, e.Type, e.Data}
+	b, err := json.Marshal(env)
+	if err != nil { // Data was checked to be valid JSON
+		return fmt.Appendf(nil, "unencodable script line: %v", err)
+	}
+	return b
+}
+
+// FormatEvent is the script line of ev. last is the highest seq before it:
+// seq= is left out when ev.Seq is last+1, and at= when ev.At is Base() + seq
+// seconds, so a script converted from a hand-written one reads like it.
+func FormatEvent(ev events.Event, last uint64) (string, error) {
+	if ev.Data == nil {
+		return "", errors.New("event without payload")
+	}
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return "", fmt.Errorf("encode %s: %w", ev.Type(), err)
+	}
+	var b strings.Builder
+	b.WriteString(prefix(ev.Seq, last))
+	if at := ev.At.UTC(); !at.Equal(Base().Add(time.Duration(ev.Seq) * time.Second)) {
+		fmt.Fprintf(&b, "at=%s ", at.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(&b, "%d %s %s %s", ev.Term, formatWriter(ev.Writer), ev.Type(), data)
+	return b.String(), nil
+}
+
+// FormatRaw is the script line of a body stored as is at seq: raw when the
+// body reads back unchanged from a line, raw64 otherwise.
+func FormatRaw(seq, last uint64, body []byte) string {
+	p := prefix(seq, last)
+	s := string(body)
+	if len(body) > 0 && utf8.Valid(body) && !strings.ContainsAny(s, "\r\n") && strings.TrimSpace(s) == s {
+		return p + "raw " + s
+	}
+	return p + "raw64 " + base64.StdEncoding.EncodeToString(body)
+}
+
+func prefix(seq, last uint64) string {
+	if seq == 0 || seq == last+1 {
+		return ""
+	}
+	return fmt.Sprintf("seq=%d ", seq)
+}
+
+func formatWriter(w string) string {
+	if w == "" || strings.ContainsFunc(w, func(r rune) bool { return unicode.IsSpace(r) || r == '"' || !unicode.IsPrint(r) }) {
+		return strconv.Quote(w)
+	}
+	return w
+}
