@@ -153,6 +153,31 @@ func (s *Store) request(ctx context.Context, rpc string, body any) (client.Reply
 	return rep, nil
 }
 
+// Drain announces this store's own planned restart to meta: it drains for
+// d (its replicas are not replaced meanwhile), and the drain survives its
+// re-registration; it ends when the restarted store reports every replica
+// assigned to it running, or after d. Call it before stopping (on
+// SIGTERM); ctx bounds it.
+func (s *Store) Drain(ctx context.Context, d time.Duration) error {
+	req := client.SelfDrainRequest{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation, ForMS: d.Milliseconds()}
+	for {
+		_, err := s.request(ctx, client.RPCStoreSelfDrain, req)
+		if err == nil {
+			s.logger.Info().Dur("for", d).Msg("drained for a planned restart: replicas are not replaced meanwhile")
+			return nil
+		}
+		var rerr *client.RPCError
+		if errors.As(err, &rerr) && rerr.Code != client.CodeUnavailable && rerr.Code != client.CodeNotLeader {
+			return fmt.Errorf("drain %s: %w", s.cfg.Host.StoreID, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain %s: %w (last error: %v)", s.cfg.Host.StoreID, ctx.Err(), err)
+		case <-s.cfg.Clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // heartbeatLoop registers (again when meta says so) and heartbeats.
 func (s *Store) heartbeatLoop(ctx context.Context) {
 	for {

@@ -360,6 +360,12 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 			return badRequest(err)
 		}
 		return l.storeDrain(ctx, req)
+	case client.RPCStoreSelfDrain:
+		req, err := client.DecodeSelfDrain(data)
+		if err != nil {
+			return badRequest(err)
+		}
+		return l.storeSelfDrain(ctx, req)
 	case client.RPCStepDown:
 		if err := client.DecodeStepDown(data); err != nil {
 			return badRequest(err)

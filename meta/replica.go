@@ -59,6 +59,9 @@ type Config struct {
 	// SnapshotEvery is the number of events between snapshots; default
 	// DefaultSnapshotEvery; negative: only on clean shutdown.
 	SnapshotEvery int
+	// Health, when set, is where the leader publishes the cluster's health
+	// record (health.go). Nil: not published.
+	Health *HealthKV
 	// SnapshotKeep is the number of newest snapshots kept; default 3.
 	SnapshotKeep int
 	Clock        clock.Clock
@@ -287,6 +290,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
 		start("schedule", l.scheduleLoop)
+		start("health", l.healthLoop)
 		start("snapshot", func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
 	}
 

@@ -139,6 +139,31 @@ func (l *leaderSession) storeDrain(ctx context.Context, req client.DrainRequest)
 	return client.Reply{}
 }
 
+// storeSelfDrain handles store.selfdrain: only the store's registered
+// incarnation may drain it (with one key for every store, the NATS server
+// cannot tell stores apart; the incarnation, random per process start, is
+// what this store alone knows with its id in the stream).
+func (l *leaderSession) storeSelfDrain(ctx context.Context, req client.SelfDrainRequest) client.Reply {
+	var refused string
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		st, ok := v.Stores[req.Store]
+		if !ok || st.Incarnation != req.Incarnation {
+			refused = fmt.Sprintf("store %s incarnation %s is not registered", req.Store, req.Incarnation)
+			return nil, nil
+		}
+		until := l.r.cfg.Clock.Now().Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
+		return []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}, nil
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	if refused != "" {
+		return client.Reply{Error: &client.RPCError{Code: client.CodeForbidden, Message: refused}}
+	}
+	l.logger.Info().Str("store", req.Store).Dur("for", time.Duration(req.ForMS)*time.Millisecond).Msg("store drains itself for a planned restart")
+	return client.Reply{}
+}
+
 // scheduleLoop is the shell of the pure shard decisions (package sched):
 // every tick, and whenever an exec's result comes back, it gathers the
 // projected view, the stores' reports and now, calls sched.Decide, appends

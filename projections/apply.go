@@ -291,6 +291,12 @@ func (s *State) storeRegistered(ev events.Event, d events.StoreRegistered) Resul
 	}
 	st.Incarnation = d.Incarnation
 	st.RaftAddr = d.RaftAddr
+	if st.State == events.StoreDraining {
+		// A planned restart's drain outlives the restart: it ends when
+		// the scheduler sees the store back with its replicas running,
+		// or at its deadline (store.state up).
+		return applied("store %s at %s (still draining until %s)", d.Store, d.RaftAddr, st.Until.UTC().Format(time.RFC3339))
+	}
 	st.State = events.StoreUp
 	st.Until = time.Time{}
 	st.Since = ev.Seq
@@ -338,6 +344,10 @@ func (s *State) storeState(ev events.Event, d events.StoreState) Result {
 	st.State = d.State
 	st.Until = until
 	st.Since = ev.Seq
+	st.DrainedBy = ""
+	if d.State == events.StoreDraining {
+		st.DrainedBy = st.Incarnation
+	}
 	return applied("store %s %s", d.Store, d.State)
 }
 

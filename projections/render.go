@@ -25,6 +25,9 @@ func (s *State) Render() string {
 		if !st.Until.IsZero() {
 			fmt.Fprintf(&b, " until=%s", st.Until.UTC().Format(time.RFC3339))
 		}
+		if st.DrainedBy != "" {
+			fmt.Fprintf(&b, " drained_by=%s", st.DrainedBy)
+		}
 		b.WriteByte('\n')
 	}
 	for _, sh := range s.ListShards() {

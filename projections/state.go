@@ -33,6 +33,10 @@ type Store struct {
 	State       string    `json:"state"`
 	Until       time.Time `json:"until,omitzero"`
 	Since       uint64    `json:"since"` // seq of the last state change
+	// DrainedBy is the incarnation the store had when its drain began: the
+	// drain can end early only once another incarnation (the restarted
+	// process) runs its replicas.
+	DrainedBy string `json:"drained_by,omitempty"`
 }
 
 // Pending is a replica change whose intent is recorded and whose outcome is not.

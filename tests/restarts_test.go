@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -188,4 +190,57 @@ func TestStoreStartsNothingWithoutTheStream(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestPlannedRestartsDrainThemselves: the second report's two restarts, as
+// planned restarts: store-3 drains itself before it stops (what the
+// logstore role does on SIGTERM), stays down past the store timeout, and
+// restarts; twice in a row. The drain survives each re-registration and
+// ends once the restarted store runs its replica, so nothing is replaced:
+// no operator, the same replica id on store-3.
+func TestPlannedRestartsDrainThemselves(t *testing.T) {
+	c := newCluster(t)
+	m := c.startMeta("meta-1", schedOpts())
+	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
+	var before *projections.Shard
+	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
+		sh, ok := fullShard(m, 1, stores...)
+		before = sh
+		return ok
+	})
+	c.newStore("store-4") // a spare: a replacement would have somewhere to go
+	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m.View().Stores["store-4"]; return ok })
+	s3 := stores[2]
+	for round := 1; round <= 2; round++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := s3.store().Drain(ctx, time.Minute)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "store-3 draining", func() bool { return m.View().Stores["store-3"].State == events.StoreDraining })
+		// A canary that does not drain goes down with it: once it is
+		// marked down, store-3 has been silent past the store timeout.
+		canary := c.newStore(fmt.Sprintf("canary-%d", round))
+		eventually(t, 10*time.Second, "the canary registered", func() bool {
+			_, ok := m.View().Stores[fmt.Sprintf("canary-%d", round)]
+			return ok
+		})
+		s3.stop()
+		canary.stop()
+		eventually(t, 20*time.Second, "the canary marked down", func() bool {
+			return m.View().Stores[fmt.Sprintf("canary-%d", round)].State == events.StoreDown
+		})
+		if st := m.View().Stores["store-3"].State; st != events.StoreDraining {
+			t.Fatalf("round %d: store-3 is %s while it restarts", round, st)
+		}
+		s3.start()
+		eventually(t, 30*time.Second, "the drain over and shard 1 at 3/3 with the same replicas", func() bool {
+			sh, ok := fullShard(m, 1, stores...)
+			return ok && m.View().Stores["store-3"].State == events.StoreUp && replicaOn(sh, "store-3") == replicaOn(before, "store-3")
+		})
+	}
+	if n := countType(t, m, events.TypeOperatorStarted); n != 0 {
+		t.Fatalf("%d operators started during two planned restarts", n)
+	}
 }

@@ -247,6 +247,12 @@ func LeaseBucketName(cluster string) string {
 	return strings.ReplaceAll(cluster, ".", "_") + "_leader"
 }
 
+// HealthBucketName is the KV bucket where the meta leader publishes the
+// cluster's shard and store health (meta.HealthBucket gives the same name).
+func HealthBucketName(cluster string) string {
+	return strings.ReplaceAll(cluster, ".", "_") + "_health"
+}
+
 // Permissions are role's permissions in cluster for the user whose public
 // key is pub; nil (everything) for RoleAdmin.
 func Permissions(cluster string, r Role, pub string) *server.Permissions {
@@ -260,6 +266,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 	}
 	stream := StreamName(cluster)
 	bucket := LeaseBucketName(cluster)
+	health := HealthBucketName(cluster)
 	// A responder may publish to the reply subject of a request it
 	// received, once, for the server's default time.
 	respond := &server.ResponsePermission{MaxMsgs: 1}
@@ -276,9 +283,12 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 			"$O." + SnapshotBucket(cluster) + ".>", // snapshot chunks and metadata
 			jsAPI + "STREAM.CREATE.OBJ_" + SnapshotBucket(cluster),
 			jsAPI + "STREAM.PURGE.OBJ_" + SnapshotBucket(cluster), // old snapshots' chunks
+			"$KV." + health + ".>", // the leader's health record
+			jsAPI + "STREAM.CREATE.KV_" + health,
 		}
 		allow = append(allow, streamReader(stream)...)
 		allow = append(allow, kvReader(bucket)...)
+		allow = append(allow, kvReader(health)...)
 		allow = append(allow, snapshotReader(cluster)...)
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: allow},
@@ -291,7 +301,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 			Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
 		}
 	case RoleStore:
-		allow := append(rpc("store.register", "store.heartbeat"), streamReader(stream)...)
+		allow := append(rpc("store.register", "store.heartbeat", "store.selfdrain"), streamReader(stream)...)
 		allow = append(allow, snapshotReader(cluster)...)
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: allow},
@@ -300,7 +310,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 		}
 	case RoleObserver:
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: slices.Concat(streamReader(stream), kvReader(bucket), snapshotReader(cluster))},
+			Publish:   &server.SubjectPermission{Allow: slices.Concat(streamReader(stream), kvReader(bucket), kvReader(health), snapshotReader(cluster))},
 			Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
 		}
 	}

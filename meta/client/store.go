@@ -205,6 +205,37 @@ type DrainRequest struct {
 	ForMS int64  `json:"for_ms"`
 }
 
+// RPCStoreSelfDrain is a store announcing its own planned restart (on
+// SIGTERM): it drains until the deadline, and the drain survives its
+// re-registration. The leader accepts it only from the store's registered
+// incarnation.
+const RPCStoreSelfDrain = "store.selfdrain"
+
+// SelfDrainRequest is a store's own drain.
+type SelfDrainRequest struct {
+	Store       string `json:"store"`
+	Incarnation string `json:"incarnation"`
+	ForMS       int64  `json:"for_ms"`
+}
+
+// DecodeSelfDrain decodes and validates a self-drain request.
+func DecodeSelfDrain(b []byte) (SelfDrainRequest, error) {
+	var r SelfDrainRequest
+	if err := decodeStrict(b, &r); err != nil {
+		return r, err
+	}
+	if err := ValidateStoreID(r.Store); err != nil {
+		return r, err
+	}
+	if r.Incarnation == "" || len(r.Incarnation) > MaxFieldBytes {
+		return r, errors.New("incarnation must be 1..256 bytes")
+	}
+	if r.ForMS <= 0 || r.ForMS > int64(7*24*time.Hour/time.Millisecond) {
+		return r, errors.New("for_ms must be 1 ms..7 days")
+	}
+	return r, nil
+}
+
 // DecodeDrain decodes and validates a drain request.
 func DecodeDrain(b []byte) (DrainRequest, error) {
 	var r DrainRequest

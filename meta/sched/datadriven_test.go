@@ -269,6 +269,9 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	case "report":
 		id := args["store"]
 		rep := sched.Report{Incarnation: "i-" + id, At: w.now}
+		if inc, ok := args["inc"]; ok {
+			rep.Incarnation = inc
+		}
 		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
 			line = strings.TrimSpace(line)
 			if line == "" {

@@ -321,6 +321,11 @@ func (d *decider) storeStates() []events.Payload {
 			if d.reporting(st) {
 				out = append(out, events.StoreState{Store: st.ID, State: events.StoreUp})
 			}
+		case st.State == events.StoreDraining && d.reporting(st) && (!d.in.Now.Before(st.Until) || (st.Incarnation != st.DrainedBy && d.runsAll(st.ID))):
+			// A drain ends when the store is back (another incarnation
+			// than the one that drained) with every replica assigned to
+			// it running, or at its deadline.
+			out = append(out, events.StoreState{Store: st.ID, State: events.StoreUp})
 		case st.State == events.StoreDraining && d.in.Now.Before(st.Until):
 		case d.unheard(st.ID) || d.reporting(st):
 		default:
@@ -328,6 +333,22 @@ func (d *decider) storeStates() []events.Payload {
 		}
 	}
 	return out
+}
+
+// runsAll reports whether store reports every replica the projection
+// assigns to it running.
+func (d *decider) runsAll(store string) bool {
+	running := map[projections.ReplicaRef]bool{}
+	for _, r := range d.in.Reports[store].Shards {
+		running[projections.ReplicaRef{Shard: r.Shard, Replica: r.Replica}] = true
+	}
+	members, _ := d.v.ReplicasOn(store)
+	for _, ref := range members {
+		if !running[ref] {
+			return false
+		}
+	}
+	return true
 }
 
 // bootstrap creates the next shard while there are fewer than wanted and

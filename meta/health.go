@@ -1,0 +1,209 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/meta/sched"
+	"github.com/termlog/termlog/projections"
+)
+
+// HealthKey is the key of the health record in the health bucket.
+const HealthKey = "cluster"
+
+// HealthBucket is the KV bucket where the meta leader publishes the
+// cluster's health for every process with the observer role (the same name
+// as natslog.HealthBucketName).
+func HealthBucket(cluster string) string {
+	return strings.ReplaceAll(cluster, ".", "_") + "_health"
+}
+
+// HealthRecord is what the meta leader publishes: the health its last
+// scheduling decision saw (shards and stores), its workers and recovery,
+// and the provenance of all of it (leader, term, projected seq, time).
+// A reader shows its age: a record that stops moving means no leader is
+// publishing.
+type HealthRecord struct {
+	Leader         string    `json:"leader"`
+	Term           uint64    `json:"term"`
+	Seq            uint64    `json:"seq"` // the projected seq it reflects
+	At             time.Time `json:"at"`  // when the leader wrote it (the leader's clock)
+	Workers        int       `json:"workers"`
+	WorkersRunning int       `json:"workers_running"`
+	Recovery       Recovery  `json:"recovery"`
+	sched.Health
+}
+
+// HealthKV is the health bucket.
+type HealthKV struct {
+	kv jetstream.KeyValue
+}
+
+// healthAttempt bounds one request to the bucket: a request left
+// unanswered during a JetStream election is asked again, until the
+// caller's deadline.
+const healthAttempt = time.Second
+
+// retry runs f with a bounded context per attempt until it succeeds, fails
+// for good (stop), or ctx ends.
+func retry(ctx context.Context, what string, stop func(error) bool, f func(context.Context) error) error {
+	backoff := 50 * time.Millisecond
+	var err error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, healthAttempt)
+		err = f(actx)
+		cancel()
+		if err == nil || (stop != nil && stop(err)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w after %d attempts (last error: %v)", what, ctx.Err(), attempt, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// OpenHealthKV creates the health bucket, or binds it if it exists (meta).
+func OpenHealthKV(ctx context.Context, js jetstream.JetStream, cluster string, replicas int) (*HealthKV, error) {
+	cfg := jetstream.KeyValueConfig{Bucket: HealthBucket(cluster), Storage: jetstream.FileStorage, Replicas: max(replicas, 1), History: 1,
+		Description: "termlog: the meta leader's shard and store health"}
+	var kv jetstream.KeyValue
+	err := retry(ctx, "open health bucket "+cfg.Bucket, nil, func(ctx context.Context) error {
+		var err error
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &HealthKV{kv: kv}, nil
+}
+
+// ErrNoHealth means the cluster has no health bucket or record yet (no
+// meta leader ever published one).
+var ErrNoHealth = errors.New("no health record: no meta leader has published one")
+
+// BindHealthKV binds an existing health bucket (observers).
+func BindHealthKV(ctx context.Context, js jetstream.JetStream, cluster string) (*HealthKV, error) {
+	var kv jetstream.KeyValue
+	err := retry(ctx, "bind health bucket "+HealthBucket(cluster), func(err error) bool { return errors.Is(err, jetstream.ErrBucketNotFound) }, func(ctx context.Context) error {
+		var err error
+		kv, err = js.KeyValue(ctx, HealthBucket(cluster))
+		return err
+	})
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w (bucket %s not found)", ErrNoHealth, HealthBucket(cluster))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &HealthKV{kv: kv}, nil
+}
+
+// Put writes the record.
+func (h *HealthKV) Put(ctx context.Context, rec HealthRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return retry(ctx, "put health", nil, func(ctx context.Context) error {
+		_, err := h.kv.Put(ctx, HealthKey, b)
+		return err
+	})
+}
+
+// Get reads the record.
+func (h *HealthKV) Get(ctx context.Context) (HealthRecord, error) {
+	var rec HealthRecord
+	var entry jetstream.KeyValueEntry
+	err := retry(ctx, "read health", func(err error) bool { return errors.Is(err, jetstream.ErrKeyNotFound) }, func(ctx context.Context) error {
+		var err error
+		entry, err = h.kv.Get(ctx, HealthKey)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec, ErrNoHealth
+	}
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return rec, fmt.Errorf("health record at revision %d: %w", entry.Revision(), err)
+	}
+	return rec, nil
+}
+
+// healthEvery is how often a leader rewrites an unchanged health record,
+// so that its age tells a reader the leader is alive.
+const healthEvery = time.Second
+
+// healthLoop publishes the leader's health record whenever it changes, and
+// at least every healthEvery, while the term lasts.
+func (l *leaderSession) healthLoop(ctx context.Context) {
+	kv := l.r.cfg.Health
+	if kv == nil {
+		return
+	}
+	var last []byte
+	var lastAt time.Time
+	tick := min(l.r.cfg.Scheduler.Interval, healthEvery)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.r.cfg.Clock.After(tick):
+		}
+		rec := l.healthRecord()
+		// Times move every pass and every heartbeat; a change is a change
+		// of anything else.
+		norm := rec
+		norm.At, norm.Health.At, norm.Recovery = time.Time{}, time.Time{}, Recovery{State: rec.Recovery.State}
+		norm.Health.Stores = append([]sched.StoreHealth(nil), rec.Health.Stores...)
+		for i := range norm.Health.Stores {
+			norm.Health.Stores[i].LastHeartbeat = time.Time{}
+		}
+		key, _ := json.Marshal(norm)
+		now := l.r.cfg.Clock.Now()
+		if string(key) == string(last) && now.Sub(lastAt) < healthEvery {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := kv.Put(pctx, rec)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.logger.Warn().Err(err).Msg("publish health")
+			}
+			continue
+		}
+		last, lastAt = key, now
+	}
+}
+
+func (l *leaderSession) healthRecord() HealthRecord {
+	l.sched.mu.Lock()
+	h := l.sched.health
+	l.sched.mu.Unlock()
+	rec := HealthRecord{Leader: l.r.cfg.ID, Term: l.term, At: l.r.cfg.Clock.Now(), Health: h, Recovery: l.recovery()}
+	l.r.proj.Peek(func(v *projections.State) {
+		rec.Seq = v.Seq
+		rec.Workers = len(v.Workers)
+		for _, w := range v.Workers {
+			if w.State == projections.WorkerRunning {
+				rec.WorkersRunning++
+			}
+		}
+	})
+	return rec
+}
