@@ -283,7 +283,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 			"$O." + SnapshotBucket(cluster) + ".>", // snapshot chunks and metadata
 			jsAPI + "STREAM.CREATE.OBJ_" + SnapshotBucket(cluster),
 			jsAPI + "STREAM.PURGE.OBJ_" + SnapshotBucket(cluster), // old snapshots' chunks
-			"$KV." + health + ".>", // the leader's health record
+			"$KV." + health + ".>",                                // the leader's health record
 			jsAPI + "STREAM.CREATE.KV_" + health,
 		}
 		allow = append(allow, streamReader(stream)...)
