@@ -241,12 +241,16 @@ func runMeta(t *testing.T, nc *nats.Conn, lg *natslog.Log, id string, o metaOpts
 		}
 		snaps = s
 	}
+	health, err := meta.OpenHealthKV(ctx, js, cluster, max(o.leaseReplicas, 1))
+	if err != nil {
+		t.Fatalf("health bucket: %v", err)
+	}
 	fp := failpoint.New()
 	r, err := meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
 		Clock: o.clock, Logger: testLogger(t), Failpoints: fp, Scheduler: o.scheduler,
-		Snapshots: snaps, SnapshotEvery: o.snapshotEvery,
+		Snapshots: snaps, SnapshotEvery: o.snapshotEvery, Health: health,
 	})
 	if err != nil {
 		t.Fatal(err)

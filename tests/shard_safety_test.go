@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
@@ -441,4 +444,60 @@ func TestRejectedAddReplans(t *testing.T) {
 		_, ok := fullShard(m, 1, stores[0], stores[1], s4)
 		return ok
 	})
+}
+
+// TestHealthRecordTellsTheTruth: the second report's last complaint. With
+// store-3 gone and Raft at 2/3, the health record every observer reads
+// (the bucket, not the leader's memory) says shard 1 runs 2/3, names its
+// Raft leader as replica@store, and is not healthy; it carries its
+// provenance. The record is read with the observer role's key.
+func TestHealthRecordTellsTheTruth(t *testing.T) {
+	c := newSecureCluster(t)
+	m := c.startMeta("meta-1", schedOpts())
+	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
+	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	js, err := jetstream.New(c.connAs(natslog.RoleObserver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := meta.BindHealthKV(t.Context(), js, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() (meta.HealthRecord, meta.ShardHealth) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		rec, err := kv.Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range rec.Shards {
+			if h.Shard == 1 {
+				return rec, h
+			}
+		}
+		return rec, meta.ShardHealth{}
+	}
+	eventually(t, 10*time.Second, "a healthy record for shard 1 with its leader", func() bool {
+		_, h := read()
+		return h.Healthy && h.Live == 3 && h.Leader != 0 && h.LeaderStore != ""
+	})
+	stores[2].stop()
+	var rec meta.HealthRecord
+	var h meta.ShardHealth
+	eventually(t, 20*time.Second, "the record to say shard 1 runs 2/3", func() bool {
+		rec, h = read()
+		return h.Live == 2 && !h.Healthy
+	})
+	_, term := m.Leading()
+	if rec.Leader != "meta-1" || rec.Term != term || rec.Seq == 0 || rec.At.IsZero() {
+		t.Fatalf("record provenance: leader %q term %d (want %d) seq %d at %s", rec.Leader, rec.Term, term, rec.Seq, rec.At)
+	}
+	if h.Leader == 0 || h.LeaderStore == "" || h.LeaderStore == "store-3" {
+		t.Fatalf("shard 1's leader %d@%s", h.Leader, h.LeaderStore)
+	}
+	t.Logf("shard 1: %d/%d running, leader %d@%s, why %q", h.Live, h.Expected, h.Leader, h.LeaderStore, h.Why)
+	if v := c.violations(); len(v) != 0 {
+		t.Fatalf("permission violations: %v", v)
+	}
 }
