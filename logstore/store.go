@@ -59,6 +59,17 @@ type Store struct {
 	mu         sync.Mutex
 	registered bool
 	refused    atomic.Uint64
+	outcomes   map[string]*atomic.Uint64 // config changes by outcome; keys fixed at open
+}
+
+// ConfigChanges counts the config changes this store executed, by outcome
+// (client.Outcome*).
+func (s *Store) ConfigChanges() map[string]uint64 {
+	out := make(map[string]uint64, len(s.outcomes))
+	for k, v := range s.outcomes {
+		out[k] = v.Load()
+	}
+	return out
 }
 
 // OpenStore opens the NodeHost (it starts no replica).
@@ -94,7 +105,10 @@ func OpenStore(cfg StoreConfig) (*Store, error) {
 	proj := client.NewProjector(cfg.Log, lg, cfg.Clock, opts...)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), logger: lg}
+	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), logger: lg, outcomes: map[string]*atomic.Uint64{}}
+	for _, o := range []string{client.OutcomeApplied, client.OutcomeRejected, client.OutcomeRetry, client.OutcomeUnknown, client.OutcomeError, client.OutcomeRefused} {
+		s.outcomes[o] = new(atomic.Uint64)
+	}
 	s.rec = NewReconciler(ReconcilerConfig{Store: cfg.Host.StoreID, Host: h, View: ViewOf(proj), Logger: lg, Clock: cfg.Clock, Resync: cfg.Resync})
 	return s, nil
 }
@@ -241,6 +255,11 @@ func (s *Store) serveExec(ctx context.Context) {
 			return
 		case m := <-ch:
 			rep := s.exec(ctx, m.Data)
+			if req, err := client.DecodeExec(m.Data); err == nil && req.Op != client.ExecMembership {
+				if c, ok := s.outcomes[rep.Outcome]; ok {
+					c.Add(1)
+				}
+			}
 			b, _ := json.Marshal(rep)
 			if m.Reply != "" {
 				_ = m.Respond(b)

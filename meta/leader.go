@@ -454,6 +454,7 @@ func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) clie
 }
 
 func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
+	l.r.heartbeats.Add(1)
 	var refused *client.Reply
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.

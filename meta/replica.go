@@ -121,11 +121,15 @@ type Replica struct {
 	leader   *leaderSession // nil when following
 	terms    []TermRecord
 	stepDown chan struct{}
-	fenced   atomic.Uint64
+	fenced     atomic.Uint64
+	heartbeats atomic.Uint64
 }
 
 // Fenced counts this replica's appends refused by the CAS.
 func (r *Replica) Fenced() uint64 { return r.fenced.Load() }
+
+// Heartbeats counts the worker heartbeats this replica answered as leader.
+func (r *Replica) Heartbeats() uint64 { return r.heartbeats.Load() }
 
 // TermRecord is one term this replica led, for status and tests.
 type TermRecord struct {
