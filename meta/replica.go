@@ -117,10 +117,10 @@ type Replica struct {
 	log  zerolog.Logger
 	proj *client.Projector
 
-	mu       sync.Mutex
-	leader   *leaderSession // nil when following
-	terms    []TermRecord
-	stepDown chan struct{}
+	mu         sync.Mutex
+	leader     *leaderSession // nil when following
+	terms      []TermRecord
+	stepDown   chan struct{}
 	fenced     atomic.Uint64
 	heartbeats atomic.Uint64
 }
