@@ -100,6 +100,9 @@ func TestControlStreamTLS(t *testing.T) {
 					r := tl.recovery()
 					return r.State == RecoveryComplete && r.Sessions[agent.Addr()] == rep.ID
 				})
+				// The agent counts its ack after sending it: the leader
+				// can see the ack first.
+				advancing(t, clk, "the agent to count its ack", func() bool { return agent.Stats().Acked == 1 })
 				if s := agent.Stats(); s.Accepted != 1 || s.Acked != 1 || s.TLSFails != 0 || s.Refused != 0 {
 					t.Fatalf("agent stats %+v: want one accepted session that acked barrier 1", s)
 				}
