@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,11 +89,18 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 	// Nothing listens here: a role that passed validation would wait for
 	// NATS (and the 60s guard would fail the case).
 	nowhere := fmt.Sprintf("nats://127.0.0.1:%d", freeTCPPort(t))
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
 	for _, tc := range []struct {
 		args []string
 		env  []string
 		want []string
 	}{
+		{args: []string{"worker", "run", "--endpoint", busy.Addr().String(), "--nats", nowhere}, want: []string{"--endpoint", "address already in use"}},
+		{args: []string{"worker", "run", "--endpoint", "nohost", "--nats", nowhere}, want: []string{"nohost"}},
 		{args: []string{"up", "--lease", "0"}, want: []string{`"--lease"`, "must be > 0"}},
 		{args: []string{"up", "--lease", "-3s"}, want: []string{`"--lease"`, "must be > 0"}},
 		{args: []string{"up", "--status-every", "0"}, want: []string{`"--status-every"`, "must be > 0"}},

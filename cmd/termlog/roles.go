@@ -355,6 +355,14 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 		}
 		inc := newIncarnation()
 		wlg := lg.With().Str("incarnation", inc).Logger()
+		// Listen before anything else: an --endpoint in use is refused
+		// before the worker connects (the process ends right after, which
+		// closes the listener).
+		var w *client.Worker
+		agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
+		if err != nil {
+			return fmt.Errorf("--endpoint: %w", err)
+		}
 		return runRole(wlg.With().Str("endpoint", endpoint).Logger(), "worker", func() error {
 			ctx := cmd.Context()
 			nc, err := g.connectRole(ctx, wlg, "worker-"+endpoint, natslog.RoleWorker)
@@ -364,12 +372,8 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 			defer nc.Close()
 			// The worker names its endpoint where it matters ("registered");
 			// on Ctrl-C or SIGTERM it deregisters, as up's workers do.
-			w, err := client.NewWorker(nc, client.WorkerConfig{Cluster: g.cluster, Incarnation: inc, Endpoint: endpoint,
+			w, err = client.NewWorker(nc, client.WorkerConfig{Cluster: g.cluster, Incarnation: inc, Endpoint: endpoint,
 				Kind: kind, Parallelism: parallelism, Logger: wlg, DeregisterOnStop: true})
-			if err != nil {
-				return err
-			}
-			agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
 			if err != nil {
 				return err
 			}
