@@ -117,7 +117,12 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 			if cfg.ClusterName != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream node %s at %s, routes at %s (cluster %s, peers %s), data in %s; Ctrl-C stops it\n",
 					srv.Name(), srv.ClientURL(), srv.ClusterURL(), cfg.ClusterName, strings.Join(cfg.Routes, ","), data)
+				fmt.Fprintf(cmd.OutOrStdout(), "waiting for a quorum of the cluster's nodes (%d of %d) to serve JetStream\n", len(cfg.Routes)/2+1, len(cfg.Routes))
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				wg.Add(1)
 				go func() {
+					defer wg.Done()
 					// The cluster serves JetStream once a quorum of nodes runs.
 					if leader, err := srv.WaitJetStream(cmd.Context()); err == nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "JetStream cluster ready: meta leader %s\n", leader)
