@@ -152,6 +152,13 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 		}
 	}
 
+	// -o json on replay, as on every read command (--json is its alias).
+	r1 := runEnv(t, bin, nil, "replay", "--file", filepath.Join("testdata", "replay.jsonl"), "-o", "json")
+	r2 := runEnv(t, bin, nil, "replay", "--file", filepath.Join("testdata", "replay.jsonl"), "--json")
+	if r1.code != 0 || r1.stdout != r2.stdout || !strings.HasPrefix(r1.stdout, `{"seq":1,`) {
+		t.Fatalf("replay -o json: exit %d\n%s\n%s", r1.code, r1.stdout, r1.stderr)
+	}
+
 	// TERMLOG_NATS sets --nats; the flag wins over it.
 	other := fmt.Sprintf("nats://127.0.0.1:%d", freeTCPPort(t))
 	r := runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "worker", "list")
