@@ -89,6 +89,9 @@ func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerC
 type embeddedNATS struct {
 	srvs []*natslog.Server
 	sec  secured
+	// lg gets the connections' asynchronous errors (the client would
+	// print them raw).
+	lg zerolog.Logger
 }
 
 // startEmbeddedNATS starts the servers: data/nats for one, data/nats-1..3
@@ -162,6 +165,14 @@ func (e *embeddedNATS) Connect(i int, name string, role natslog.Role) (*nats.Con
 		return nil, err
 	}
 	opts := append(roleConnOptions(name), ro...)
+	lg := e.lg.With().Str("conn", name).Logger()
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		ev := lg.Warn().Err(err)
+		if sub != nil {
+			ev = ev.Str("subject", sub.Subject)
+		}
+		ev.Msg("NATS error")
+	}))
 	if len(e.srvs) == 1 {
 		return e.srvs[0].Connect(opts...)
 	}

@@ -284,6 +284,13 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 		wantOneLineError(t, tc.name, r, tc.want...)
 	}
 
+	// A long-running role waits for NATS, but not with keys the server
+	// does not know: that does not mend itself.
+	r := runEnv(t, bin, nil, "meta", "run", "--nats", url, "--auth-dir", other)
+	if r.code != 1 || !strings.Contains(r.stderr, "termlog: connect "+url+" as meta (key "+filepath.Join(other, "meta.nk")+"): wrong credentials") {
+		t.Fatalf("meta run with unknown keys: exit %d\n%s", r.code, r.stderr)
+	}
+
 	// A lease bucket without a TTL (made by an older termlog with
 	// --lease 0) is refused by a meta replica, and set-lease mends it.
 	nc, err := nats.Connect(url, mustRoleOptions(t, auth, natslog.RoleAdmin)...)
@@ -300,7 +307,7 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "termlog_leader", History: 1, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatal(err)
 	}
-	r := runEnv(t, bin, nil, "meta", "run", "--nats", url, "--auth-dir", auth)
+	r = runEnv(t, bin, nil, "meta", "run", "--nats", url, "--auth-dir", auth)
 	if r.code != 1 || !strings.Contains(r.stderr, "termlog: refused: lease bucket termlog_leader has no TTL") || !strings.Contains(r.stderr, "termlog meta set-lease 3s") {
 		t.Fatalf("meta run on a lease bucket without TTL: exit %d\n%s", r.code, r.stderr)
 	}

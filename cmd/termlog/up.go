@@ -183,6 +183,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		return fmt.Errorf("start NATS: %w", err)
 	}
 	defer srv.Shutdown()
+	srv.lg = lg
 	if o.lease.update {
 		if err := upUpdateLease(ctx, srv, g.cluster, o.lease.ttl, out); err != nil {
 			return err
