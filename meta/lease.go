@@ -47,9 +47,30 @@ type KVLease struct {
 	rev    uint64
 }
 
+// LeaseTTLError is an existing lease bucket whose TTL is not the one asked
+// for. The TTL is the cluster's lease: a replica renewing by another period
+// than the bucket's would lose its lease between renewals (leaders flap) or
+// hold it longer than it believes, so OpenKVLease never binds it.
+type LeaseTTLError struct {
+	Bucket string
+	Have   time.Duration // the bucket's TTL (0: none, the lease never expires)
+	Want   time.Duration
+}
+
+func (e *LeaseTTLError) Error() string {
+	if e.Have <= 0 {
+		return fmt.Sprintf("lease bucket %s has no TTL (a lease there never expires, so a dead leader is never replaced); %s asked", e.Bucket, e.Want)
+	}
+	return fmt.Sprintf("lease bucket %s has TTL %s; %s asked", e.Bucket, e.Have, e.Want)
+}
+
 // OpenKVLease creates or binds the lease bucket, retrying until JetStream is
-// ready or ctx is done.
+// ready or ctx is done. An existing bucket whose TTL is not ttl is refused
+// with a *LeaseTTLError; ttl must be > 0.
 func OpenKVLease(ctx context.Context, js jetstream.JetStream, cluster string, ttl time.Duration, replicas int) (*KVLease, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("lease TTL %s: must be > 0 (a lease without a TTL never expires)", ttl)
+	}
 	if replicas <= 0 {
 		replicas = 1
 	}
@@ -61,7 +82,13 @@ func OpenKVLease(ctx context.Context, js jetstream.JetStream, cluster string, tt
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
 		}
 		if err == nil {
-			return &KVLease{kv: kv}, nil
+			var st jetstream.KeyValueStatus
+			if st, err = kv.Status(ctx); err == nil {
+				if st.TTL() != ttl {
+					return nil, &LeaseTTLError{Bucket: cfg.Bucket, Have: st.TTL(), Want: ttl}
+				}
+				return &KVLease{kv: kv}, nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/termlog/termlog/events/natslog"
@@ -34,21 +35,26 @@ func (a *authFlags) register(cmd *cobra.Command) {
 	f.StringVar(&a.tlsCA, "tls-ca", "", "CA certificate (PEM) to verify the NATS server with; connects with TLS. With --tls-cert (meta, worker, logstore) also the CA their peers' certificates are checked against")
 }
 
+// seedFile is the NKey seed a command of role connects with: --creds, or
+// the role's file in the auth dir; "" for none (an --insecure server).
+func (g *globals) seedFile(role natslog.Role) string {
+	switch {
+	case g.auth.creds != "":
+		return g.auth.creds
+	case g.auth.authDir != "":
+		return natslog.SeedFile(g.auth.authDir, role)
+	}
+	if _, err := os.Stat(natslog.SeedFile(defaultAuthDir, role)); err == nil {
+		return natslog.SeedFile(defaultAuthDir, role)
+	}
+	return ""
+}
+
 // roleOptions are the options a command of role connects with: its NKey
-// (--creds, or the role's file in the auth dir) and TLS (--tls-ca).
+// (seedFile) and TLS (--tls-ca).
 func (g *globals) roleOptions(role natslog.Role) ([]nats.Option, error) {
 	var opts []nats.Option
-	seed := g.auth.creds
-	switch {
-	case seed != "":
-	case g.auth.authDir != "":
-		seed = natslog.SeedFile(g.auth.authDir, role)
-	default:
-		if _, err := os.Stat(natslog.SeedFile(defaultAuthDir, role)); err == nil {
-			seed = natslog.SeedFile(defaultAuthDir, role)
-		}
-	}
-	if seed != "" {
+	if seed := g.seedFile(role); seed != "" {
 		o, err := natslog.ClientOptions(seed)
 		if err != nil {
 			return nil, fmt.Errorf("%w (role %s)", err, role)
@@ -59,30 +65,6 @@ func (g *globals) roleOptions(role natslog.Role) ([]nats.Option, error) {
 		opts = append(opts, nats.RootCAs(g.auth.tlsCA))
 	}
 	return opts, nil
-}
-
-// dial connects to the --nats URLs as role with opts (after the role's).
-func (g *globals) dial(role natslog.Role, opts ...nats.Option) (*nats.Conn, error) {
-	ro, err := g.roleOptions(role)
-	if err != nil {
-		return nil, err
-	}
-	nc, err := nats.Connect(g.natsURL, append(opts, ro...)...)
-	if err != nil {
-		return nil, connectError(g.natsURL, role, err)
-	}
-	return nc, nil
-}
-
-// connectError says what to do about a refused connection.
-func connectError(url string, role natslog.Role, err error) error {
-	switch {
-	case errors.Is(err, nats.ErrAuthorization):
-		return fmt.Errorf("connect %s as %s: %w: pass the auth dir the server was started with (--auth-dir DIR; `termlog up` and `termlog nats` print it) or --creds FILE", url, role, err)
-	case errors.Is(err, nats.ErrSecureConnRequired) || strings.Contains(err.Error(), "certificate"):
-		return fmt.Errorf("connect %s as %s: %w: the server uses TLS: pass --tls-ca with its CA (DIR/tls/%s)", url, role, err, natslog.TLSCAFile)
-	}
-	return fmt.Errorf("connect %s as %s: %w", url, role, err)
 }
 
 // serverSecurity are the flags of a server (`termlog nats`, `termlog up`):
@@ -284,8 +266,8 @@ func (g *globals) peerTLS(p peerTLSFlags) (tlsFiles, error) {
 	return tlsFiles{}, nil
 }
 
-func newAuthCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "auth", Short: "Credentials of the roles"}
+func newAuthCmd(g *globals) *cobra.Command {
+	cmd := group(&cobra.Command{Use: "auth", Short: "Credentials of the roles"})
 	var dir string
 	var withTLS bool
 	initCmd := &cobra.Command{
@@ -321,7 +303,89 @@ key a server needs. Every NATS node of a cluster must be started with the same
 	}
 	initCmd.Flags().StringVar(&dir, "dir", defaultAuthDir, "credentials directory")
 	initCmd.Flags().BoolVar(&withTLS, "tls", false, "also generate a CA and a server certificate for 127.0.0.1 into DIR/tls")
-	cmd.AddCommand(initCmd)
+	cmd.AddCommand(initCmd, newNATSContextCmd(g))
+	return cmd
+}
+
+// natscliArgs are the natscli (nats) connection flags of a role: the
+// server, the role's NKey seed, its inbox prefix (the server lets a role
+// receive replies only there) and the CA with --tls-ca.
+func (g *globals) natscliArgs(role natslog.Role) ([]string, error) {
+	seed := g.seedFile(role)
+	if seed == "" {
+		return nil, fmt.Errorf("no key for role %s: pass --auth-dir DIR (the server's) or --creds FILE", role)
+	}
+	abs, err := filepath.Abs(seed)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("role %s: %w", role, err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return nil, fmt.Errorf("role %s: %s: %w", role, abs, err)
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--server", g.natsURL, "--nkey", abs, "--inbox-prefix", natslog.InboxPrefix(pub)}
+	if g.auth.tlsCA != "" {
+		ca, err := filepath.Abs(g.auth.tlsCA)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--tlsca", ca)
+	}
+	return args, nil
+}
+
+func newNATSContextCmd(g *globals) *cobra.Command {
+	var roleName, name string
+	var flagsOnly bool
+	cmd := &cobra.Command{
+		Use:   "nats-context",
+		Short: "Print the natscli command that saves a context for a role's key (or, with --flags, the connection flags)",
+		Long: `nats-context prints how to use natscli (the nats command) with a role's key.
+A role's connection must sign with its NKey and take its replies under its own
+inbox prefix (_INBOX.<public key>): the server lets no role read another's
+replies. With --flags it prints just the connection flags:
+
+  nats $(termlog auth nats-context --role observer --flags) stream info TERMLOG_TERMLOG
+
+Without, a 'nats context save' command line; run it once, then select it:
+
+  eval "$(termlog auth nats-context --role admin)"
+  nats --context termlog-admin stream ls`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			role, err := natslog.ParseRole(roleName)
+			if err != nil {
+				return fmt.Errorf("--role: %w", err)
+			}
+			args, err := g.natscliArgs(role)
+			if err != nil {
+				return err
+			}
+			if flagsOnly {
+				fmt.Fprintln(cmd.OutOrStdout(), strings.Join(args, " "))
+				return nil
+			}
+			if name == "" {
+				name = g.cluster + "-" + string(role)
+			}
+			line := append([]string{"nats", "context", "save", name}, args...)
+			line = append(line, "--description", fmt.Sprintf("'termlog cluster %s, role %s'", g.cluster, role))
+			fmt.Fprintln(cmd.OutOrStdout(), strings.Join(line, " "))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&roleName, "role", string(natslog.RoleObserver), "role whose key natscli connects with: admin, meta, worker, store or observer")
+	cmd.Flags().StringVar(&name, "name", "", "context name (default <cluster>-<role>)")
+	cmd.Flags().BoolVar(&flagsOnly, "flags", false, "print only the connection flags (--server --nkey --inbox-prefix [--tlsca])")
 	return cmd
 }
 

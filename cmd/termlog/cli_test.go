@@ -207,8 +207,9 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 		t.Fatalf("an observer stepped the leader down:\n%s", out)
 	}
 
+	// A header and one line per worker.
 	out, err := run(t, bin, "worker", "list", "--nats", url, "--auth-dir", auth)
-	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 2 {
+	if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 3 || !strings.HasPrefix(out, "ID ") {
 		t.Fatalf("worker list: %v\n%s", err, out)
 	}
 	// Kill the leader from another terminal: another replica takes over.

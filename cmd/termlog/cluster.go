@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/meta"
 )
 
 // replicasValue is --replicas: 1 (one NATS server) or 3 (a 3-node NATS
@@ -86,6 +89,9 @@ func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerC
 type embeddedNATS struct {
 	srvs []*natslog.Server
 	sec  secured
+	// lg gets the connections' asynchronous errors (the client would
+	// print them raw).
+	lg zerolog.Logger
 }
 
 // startEmbeddedNATS starts the servers: data/nats for one, data/nats-1..3
@@ -159,6 +165,14 @@ func (e *embeddedNATS) Connect(i int, name string, role natslog.Role) (*nats.Con
 		return nil, err
 	}
 	opts := append(roleConnOptions(name), ro...)
+	lg := e.lg.With().Str("conn", name).Logger()
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		ev := lg.Warn().Err(err)
+		if sub != nil {
+			ev = ev.Str("subject", sub.Subject)
+		}
+		ev.Msg("NATS error")
+	}))
 	if len(e.srvs) == 1 {
 		return e.srvs[0].Connect(opts...)
 	}
@@ -184,4 +198,69 @@ func freeLoopbackPort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// leaseOpts are the lease flags of up and meta run.
+type leaseOpts struct {
+	ttl      time.Duration
+	explicit bool // --lease was given; else the cluster's lease is used
+	// update (up only): change an existing bucket's TTL to ttl.
+	update bool
+}
+
+// openLease opens the cluster's lease bucket and returns the TTL the
+// replica must renew by. Without an explicit --lease it is the existing
+// bucket's (3s when the bucket is created); an explicit one that differs
+// from the bucket is refused, saying why and how to change it (fix names
+// the way for this command).
+func openLease(ctx context.Context, js jetstream.JetStream, cluster string, lo leaseOpts, replicas int, fix string, lg zerolog.Logger) (*meta.KVLease, time.Duration, error) {
+	lease, err := meta.OpenKVLease(ctx, js, cluster, lo.ttl, replicas)
+	var te *meta.LeaseTTLError
+	if !errors.As(err, &te) {
+		return lease, lo.ttl, err
+	}
+	if !lo.explicit && te.Have > 0 {
+		if lease, err = meta.OpenKVLease(ctx, js, cluster, te.Have, replicas); err != nil {
+			return nil, 0, err
+		}
+		if te.Have != lo.ttl {
+			lg.Info().Dur("lease", te.Have).Str("bucket", te.Bucket).Msg("using the cluster's lease")
+		}
+		return lease, te.Have, nil
+	}
+	if te.Have <= 0 {
+		return nil, 0, fmt.Errorf("refused: lease bucket %s has no TTL (made by an older termlog with --lease 0): a lease there never expires, so a dead leader is never replaced; give it one: %s",
+			te.Bucket, fmt.Sprintf(fix, lo.ttl))
+	}
+	return nil, 0, fmt.Errorf("refused: --lease %s, but the lease of cluster %q is %s (bucket %s). The lease is the cluster's: a replica renewing by another period than the bucket's TTL loses its lease between renewals, or holds it longer than it believes. Leave --lease out to use %s, or change the cluster's lease: %s",
+		lo.ttl, cluster, te.Have, te.Bucket, te.Have, fmt.Sprintf(fix, lo.ttl))
+}
+
+// setLeaseTTL makes the TTL of the cluster's lease bucket ttl (the bucket's
+// stream MaxAge), if the bucket exists. It needs a key that may update
+// streams (admin). It returns the TTL the bucket had (0 and false when
+// there is no bucket yet).
+func setLeaseTTL(ctx context.Context, js jetstream.JetStream, cluster string, ttl time.Duration) (time.Duration, bool, error) {
+	name := "KV_" + meta.LeaseBucket(cluster)
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("lease bucket %s: %w", meta.LeaseBucket(cluster), err)
+	}
+	cfg := st.CachedInfo().Config
+	old := cfg.MaxAge
+	if old == ttl {
+		return old, true, nil
+	}
+	cfg.MaxAge = ttl
+	// The dedupe window of a KV stream may not exceed its max age.
+	if cfg.Duplicates > ttl {
+		cfg.Duplicates = ttl
+	}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return old, true, fmt.Errorf("set the TTL of lease bucket %s to %s: %w", meta.LeaseBucket(cluster), ttl, err)
+	}
+	return old, true, nil
 }

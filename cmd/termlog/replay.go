@@ -94,7 +94,7 @@ Progress of long replays goes to stderr.`,
 	fl.BoolVar(&f.check, "check", false, "check the invariants after every event; fail at the first violation")
 	fl.StringVar(&f.diff, "diff", "", "print what changed between the state after seq A and after seq B (A..B)")
 	fl.BoolVar(&f.follow, "follow", false, "keep printing the timeline of the live stream until Ctrl-C")
-	fl.BoolVar(&f.json, "json", false, "print JSON")
+	outputFlags(fl, &f.json)
 	fl.Uint64Var(&f.worker, "worker", 0, "timeline: events touching this worker id")
 	fl.StringVar(&f.endpoint, "endpoint", "", "timeline: events touching this worker endpoint (host:port)")
 	fl.StringVar(&f.store, "store", "", "timeline: events touching this store")
@@ -436,20 +436,17 @@ func openStream(ctx context.Context, g *globals, name string, role natslog.Role)
 // connectStream connects as role and opens the stream; an admin creates it
 // when missing (import), any other role waits for it.
 func connectStream(ctx context.Context, g *globals, name string, role natslog.Role) (*nats.Conn, *natslog.Log, error) {
-	nc, err := g.dial(role, nats.Name(name), nats.Timeout(5*time.Second))
+	// Fails within --timeout, naming the cause (session.openStream).
+	s, err := g.dialSession(name, role)
 	if err != nil {
 		return nil, nil, err
 	}
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cfg := g.readConfig()
-	cfg.Bind = role != natslog.RoleAdmin
-	l, err := natslog.Open(octx, nc, cfg)
+	l, err := s.openStream(ctx, role == natslog.RoleAdmin)
 	if err != nil {
-		nc.Close()
+		s.Close()
 		return nil, nil, err
 	}
-	return nc, l, nil
+	return s.nc, l, nil
 }
 
 // rawLog lets an import store a corrupt record byte for byte, fenced like

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,19 +12,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/logstore"
+	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 )
-
-// connect dials the --nats URLs (comma separated) as role and keeps
-// reconnecting.
-func (g *globals) connect(name string, role natslog.Role) (*nats.Conn, error) {
-	return g.dial(role, roleConnOptions(name)...)
-}
 
 // roleConnOptions are the options of every long-running role's connection:
 // reconnect forever, and never buffer a publish while reconnecting (nats.go
@@ -33,32 +31,34 @@ func roleConnOptions(name string) []nats.Option {
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1)}
 }
 
-// leaderRPC sends one request to the meta leader and returns its reply.
-func (g *globals) leaderRPC(rpc string, req any) (client.Reply, error) {
-	nc, err := g.connect("termlog-admin", natslog.RoleAdmin)
+// leaderRPC sends one request to the meta leader as admin and returns its
+// reply, within --timeout, naming the cause when it fails.
+func (g *globals) leaderRPC(ctx context.Context, rpc string, req any) (client.Reply, error) {
+	s, err := g.dialSession("termlog-admin", natslog.RoleAdmin)
 	if err != nil {
 		return client.Reply{}, err
 	}
-	defer nc.Close()
-	b, err := json.Marshal(req)
-	if err != nil {
-		return client.Reply{}, err
+	defer s.Close()
+	return s.leaderRPC(ctx, rpc, req)
+}
+
+// group makes cmd a command group: run bare, it prints its help.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	return cmd
+}
+
+// runRole logs a long-running role's start and stop around run.
+func runRole(lg zerolog.Logger, what string, run func() error) error {
+	lg.Info().Msg(what + " starting")
+	err := run()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		lg.Error().Err(err).Msg(what + " stopped")
+		return err
 	}
-	msg, err := nc.Request(client.RPCSubject(g.cluster, rpc), b, 5*time.Second)
-	if err != nil {
-		if perr := nc.LastError(); errors.Is(perr, nats.ErrPermissionViolation) {
-			return client.Reply{}, fmt.Errorf("refused (%s needs the admin key): %w", rpc, perr)
-		}
-		return client.Reply{}, fmt.Errorf("no leader answered: %w", err)
-	}
-	var rep client.Reply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
-		return client.Reply{}, fmt.Errorf("malformed reply: %w", err)
-	}
-	if rep.Error != nil {
-		return rep, rep.Error
-	}
-	return rep, nil
+	lg.Info().Msg(what + " stopped")
+	return nil
 }
 
 func newNATSCmd(g *globals) *cobra.Command {
@@ -80,10 +80,23 @@ Clients must authenticate with the role keys in --auth-dir (default
 <data>/auth; generated there on first start). All nodes of a cluster need the
 same keys: create them once with 'termlog auth init --dir DIR' and start every
 node with --auth-dir DIR. --insecure runs an open server.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := co.serverConfig(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
 			if err != nil {
 				return err
+			}
+			if port < 0 || port > 65535 {
+				return fmt.Errorf("--port %d: want 0 (a free port) to 65535", port)
+			}
+			// Before the server opens its store: one server per data dir.
+			lock, err := lockDataDir(data, "termlog nats")
+			if err != nil {
+				return err
+			}
+			defer lock.Unlock()
+			if err := portFree(port); err != nil {
+				return fmt.Errorf("--port: %w", err)
 			}
 			authDir := g.auth.authDir
 			if authDir == "" {
@@ -104,7 +117,12 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 			if cfg.ClusterName != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream node %s at %s, routes at %s (cluster %s, peers %s), data in %s; Ctrl-C stops it\n",
 					srv.Name(), srv.ClientURL(), srv.ClusterURL(), cfg.ClusterName, strings.Join(cfg.Routes, ","), data)
+				fmt.Fprintf(cmd.OutOrStdout(), "waiting for a quorum of the cluster's nodes (%d of %d) to serve JetStream\n", len(cfg.Routes)/2+1, len(cfg.Routes))
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				wg.Add(1)
 				go func() {
+					defer wg.Done()
 					// The cluster serves JetStream once a quorum of nodes runs.
 					if leader, err := srv.WaitJetStream(cmd.Context()); err == nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "JetStream cluster ready: meta leader %s\n", leader)
@@ -114,7 +132,9 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream at %s, data in %s; Ctrl-C stops it\n", srv.ClientURL(), data)
 			}
 			<-cmd.Context().Done()
+			fmt.Fprintln(cmd.OutOrStdout(), "NATS stopping")
 			srv.Shutdown()
+			fmt.Fprintln(cmd.OutOrStdout(), "NATS stopped; data kept in", data)
 			return nil
 		},
 	}
@@ -129,13 +149,23 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 }
 
 func newMetaCmd(g *globals) *cobra.Command {
+	cmd := group(&cobra.Command{Use: "meta", Short: "Meta replicas: run one, step the leader down, set the cluster's lease"})
+	cmd.AddCommand(newMetaRunCmd(g), newStepdownCmd(g), newSetLeaseCmd(g))
+	return cmd
+}
+
+func newMetaRunCmd(g *globals) *cobra.Command {
 	o := upOpts{}
 	var id string
 	var pt peerTLSFlags
 	cmd := &cobra.Command{
-		Use:   "meta",
-		Short: "Run one meta replica against a NATS server",
+		Use:   "run",
+		Short: "Run one meta replica against a NATS server (waits for NATS; Ctrl-C or SIGTERM stops it, releasing the lease)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.shards < 0 || o.snapEvery < 0 {
+				return errors.New("--shards and --snapshot-every must be >= 0")
+			}
 			lg, err := g.logger()
 			if err != nil {
 				return err
@@ -147,51 +177,174 @@ func newMetaCmd(g *globals) *cobra.Command {
 			if o.peer, err = g.peerTLS(pt); err != nil {
 				return err
 			}
-			nc, err := g.connect(id, natslog.RoleMeta)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+			o.lease.explicit = cmd.Flags().Changed("lease")
 			o.replicas = int(g.replicas)
-			r, err := startMeta(cmd.Context(), nc, g.cluster, id, o, fps, lg)
-			if err != nil {
-				return err
-			}
-			return r.Run(cmd.Context())
+			rlg := lg.With().Str("replica", id).Logger()
+			return runRole(rlg, "meta replica", func() error {
+				nc, err := g.connectRole(cmd.Context(), rlg, id, natslog.RoleMeta)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				r, err := startMeta(cmd.Context(), nc, g.cluster, id, o, fps, lg)
+				if err != nil {
+					return err
+				}
+				return r.Run(cmd.Context())
+			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&id, "id", "meta-1", "replica name (unique in the cluster)")
-	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
-	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
+	leaseFlag(f, &o.lease.ttl)
+	durationFlag(f, &o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	f.IntVar(&o.shards, "shards", 0, "Raft shards the scheduler keeps (3 replicas each) once 3 stores are up")
-	f.DurationVar(&o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
+	durationFlag(f, &o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
 	snapshotFlag(f, &o.snapEvery)
 	pt.register(cmd, "the control streams to the workers are")
-	cmd.AddCommand(&cobra.Command{
-		Use:   "stepdown",
-		Short: "Ask the current meta leader to give up its lease (another replica takes over)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			rep, err := g.leaderRPC(client.RPCStepDown, struct{}{})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (term %d) is stepping down\n", rep.Leader, rep.Term)
-			return nil
-		},
-	})
 	return cmd
 }
 
-func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
+func newStepdownCmd(g *globals) *cobra.Command {
+	var wait bool
+	var asJSON bool
+	var waitFor time.Duration
+	cmd := &cobra.Command{
+		Use:   "stepdown",
+		Short: "Ask the current meta leader to give up its lease (another replica takes over); --wait prints the new leader",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep, err := g.leaderRPC(cmd.Context(), client.RPCStepDown, struct{}{})
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(stepdownResult{Old: rep.Leader, OldTerm: rep.Term})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s (term %d) is stepping down\n", rep.Leader, rep.Term)
+				return nil
+			}
+			res, err := g.waitNewLeader(cmd.Context(), rep.Leader, rep.Term, waitFor)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (term %d) stepped down; %s leads in term %d (after %s)\n", res.Old, res.OldTerm, res.Leader, res.Term, time.Duration(res.TookMS)*time.Millisecond)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until another replica leads (read from the stream, as status does) and print it and its term")
+	durationFlag(cmd.Flags(), &waitFor, "wait-timeout", 30*time.Second, "with --wait: give up after this long (a new leader takes up to one lease period)")
+	outputFlags(cmd.Flags(), &asJSON)
+	return cmd
+}
+
+// stepdownResult is what `meta stepdown --wait -o json` prints.
+type stepdownResult struct {
+	Old     string `json:"old_leader"`
+	OldTerm uint64 `json:"old_term"`
+	Leader  string `json:"leader,omitempty"`
+	Term    uint64 `json:"term,omitempty"`
+	TookMS  int64  `json:"took_ms,omitempty"`
+}
+
+// waitNewLeader polls the stream's projection until a leader other than old
+// holds a term above oldTerm and the lease, within waitFor.
+func (g *globals) waitNewLeader(ctx context.Context, old string, oldTerm uint64, waitFor time.Duration) (stepdownResult, error) {
+	start := time.Now()
+	res := stepdownResult{Old: old, OldTerm: oldTerm}
+	s, err := g.dialSession("termlog-stepdown", natslog.RoleObserver)
+	if err != nil {
+		return res, err
+	}
+	defer s.Close()
+	l, err := s.openStream(ctx, false)
+	if err != nil {
+		return res, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	last := "no new term yet"
+	for {
+		st, err := loadStatusFrom(wctx, s, l, zerolog.Nop())
+		switch {
+		case err == nil && st.Term > oldTerm && st.Leader != "" && st.Leader == st.LeaseHolder:
+			res.Leader, res.Term, res.TookMS = st.Leader, st.Term, time.Since(start).Milliseconds()
+			return res, nil
+		case err == nil:
+			last = fmt.Sprintf("leader %q term %d, lease held by %q", st.Leader, st.Term, st.LeaseHolder)
+		case wctx.Err() == nil:
+			last = err.Error()
+		}
+		select {
+		case <-wctx.Done():
+			return res, fmt.Errorf("%s (term %d) stepped down, but no other replica led within --wait-timeout %s (last seen: %s): are other meta replicas running?", old, oldTerm, waitFor, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func newSetLeaseCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "set-lease DURATION",
+		Short: "Change the cluster's lease (the TTL of its lease bucket), with the admin key; then restart the meta replicas with it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ttl time.Duration
+			if err := positiveDuration(&ttl, 0).Set(args[0]); err != nil {
+				return fmt.Errorf("lease %w", err)
+			}
+			s, err := g.dialSession("termlog-set-lease", natslog.RoleAdmin)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			js, err := jetstream.New(s.nc)
+			if err != nil {
+				return err
+			}
+			var old time.Duration
+			var found bool
+			err = s.call(cmd.Context(), func(ctx context.Context) error {
+				var err error
+				old, found, err = setLeaseTTL(ctx, js, g.cluster, ttl)
+				return err
+			})
+			switch {
+			case errors.Is(err, nats.ErrPermissionViolation):
+				return s.refused(err, "update the lease bucket")
+			case err != nil:
+				return s.timeoutError(err, "set-lease")
+			case !found:
+				return fmt.Errorf("cluster %q has no lease bucket %s yet: the first meta replica creates it with its --lease", g.cluster, meta.LeaseBucket(g.cluster))
+			case old == ttl:
+				fmt.Fprintf(cmd.OutOrStdout(), "the lease of cluster %s is already %s\n", g.cluster, ttl)
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "the lease of cluster %s is now %s (was %s); restart every meta replica (leave --lease out, or pass --lease %s): one still renewing by %s may lose its lease or hold it longer than it believes\n", g.cluster, ttl, old, ttl, old)
+			}
+			return nil
+		},
+	}
+}
+
+func newWorkerRunCmd(g *globals) *cobra.Command {
 	var endpoint, kind string
 	var parallelism int
 	var pt peerTLSFlags
-	run := parent
-	run.Short = "Run a worker (control-stream agent on --endpoint, registers and heartbeats with meta); `worker list` lists them"
+	run := &cobra.Command{
+		Use:   "run",
+		Short: "Run a worker: a control-stream agent on --endpoint; it registers and heartbeats with meta (waits for NATS; Ctrl-C or SIGTERM deregisters it)",
+		Args:  cobra.NoArgs,
+	}
 	run.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := client.ValidateEndpoint(endpoint); err != nil {
 			return err
+		}
+		if parallelism < 1 {
+			return fmt.Errorf("--parallelism %d: want >= 1", parallelism)
 		}
 		lg, err := g.logger()
 		if err != nil {
@@ -205,35 +358,44 @@ func newWorkerRoleCmd(g *globals, parent *cobra.Command) {
 		if err != nil {
 			return err
 		}
-		nc, err := g.connect("worker-"+endpoint, natslog.RoleWorker)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		lg = lg.With().Str("endpoint", endpoint).Logger()
+		inc := newIncarnation()
+		wlg := lg.With().Str("incarnation", inc).Logger()
+		// Listen before anything else: an --endpoint in use is refused
+		// before the worker connects (the process ends right after, which
+		// closes the listener).
 		var w *client.Worker
-		agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg, func() client.WorkerRef { return w.Ref() })
+		agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
 		if err != nil {
-			return err
+			return fmt.Errorf("--endpoint: %w", err)
 		}
-		w, err = client.NewWorker(nc, client.WorkerConfig{Cluster: g.cluster, Incarnation: newIncarnation(), Endpoint: endpoint,
-			Kind: kind, Parallelism: parallelism, Logger: lg})
-		if err != nil {
-			return err
-		}
-		ctx := cmd.Context()
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		wg.Add(2)
-		go func() { defer wg.Done(); errs[0] = agent.Run(ctx) }()
-		go func() { defer wg.Done(); errs[1] = w.Run(ctx) }()
-		wg.Wait()
-		return errors.Join(errs...)
+		return runRole(wlg.With().Str("endpoint", endpoint).Logger(), "worker", func() error {
+			ctx := cmd.Context()
+			nc, err := g.connectRole(ctx, wlg, "worker-"+endpoint, natslog.RoleWorker)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			// The worker names its endpoint where it matters ("registered");
+			// on Ctrl-C or SIGTERM it deregisters, as up's workers do.
+			w, err = client.NewWorker(nc, client.WorkerConfig{Cluster: g.cluster, Incarnation: inc, Endpoint: endpoint,
+				Kind: kind, Parallelism: parallelism, Logger: wlg, DeregisterOnStop: true})
+			if err != nil {
+				return err
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			wg.Add(2)
+			go func() { defer wg.Done(); errs[0] = agent.Run(ctx) }()
+			go func() { defer wg.Done(); errs[1] = w.Run(ctx) }()
+			wg.Wait()
+			return errors.Join(errs...)
+		})
 	}
 	run.Flags().StringVar(&endpoint, "endpoint", "127.0.0.1:5688", "host:port of this worker's control-stream listener")
 	run.Flags().StringVar(&kind, "kind", "compute", "worker kind")
 	run.Flags().IntVar(&parallelism, "parallelism", 4, "parallelism")
 	pt.register(run, "the control stream from the meta leader is")
+	return run
 }
 
 func newLogstoreCmd(g *globals) *cobra.Command {
@@ -243,10 +405,14 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 	useSnaps := true
 	cmd := &cobra.Command{
 		Use:   "logstore",
-		Short: "Run one log store (a dragonboat NodeHost whose replicas follow the projected membership)",
+		Short: "Run one log store (a dragonboat NodeHost whose replicas follow the projected membership; waits for NATS)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lg, err := g.logger()
 			if err != nil {
+				return err
+			}
+			if err := validLogDB(o.logDB); err != nil {
 				return err
 			}
 			if err := logstore.SetDragonboatLogLevel(o.raftLog); err != nil {
@@ -258,18 +424,26 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 			if o.peer, err = g.peerTLS(pt); err != nil {
 				return err
 			}
-			nc, err := g.connect(id, natslog.RoleStore)
+			lock, err := lockDataDir(data, "termlog logstore --id "+id)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
+			defer lock.Unlock()
 			o.replicas = int(g.replicas)
-			st, err := startStore(cmd.Context(), nc, g.cluster, id, data, addr, useSnaps, o, lg)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			return st.Run(cmd.Context())
+			slg := lg.With().Str("store", id).Logger()
+			return runRole(slg, "log store", func() error {
+				nc, err := g.connectRole(cmd.Context(), slg, id, natslog.RoleStore)
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				st, err := startStore(cmd.Context(), nc, g.cluster, id, data, addr, useSnaps, o, lg)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				return st.Run(cmd.Context())
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -284,9 +458,9 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 }
 
 func newStoreCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "store", Short: "Log store administration"}
-	drain := func(id string, d time.Duration, out func(string)) error {
-		rep, err := g.leaderRPC(client.RPCStoreDrain, client.DrainRequest{Store: id, ForMS: d.Milliseconds()})
+	cmd := group(&cobra.Command{Use: "store", Short: "Log store administration"})
+	drain := func(ctx context.Context, id string, d time.Duration, out func(string)) error {
+		rep, err := g.leaderRPC(ctx, client.RPCStoreDrain, client.DrainRequest{Store: id, ForMS: d.Milliseconds()})
 		if err != nil {
 			return err
 		}
@@ -306,7 +480,7 @@ func newStoreCmd(g *globals) *cobra.Command {
 			if d <= 0 {
 				return errors.New("--for must be > 0")
 			}
-			return drain(args[0], d, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
+			return drain(cmd.Context(), args[0], d, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
 		},
 	}
 	dc.Flags().DurationVar(&d, "for", 15*time.Minute, "how long")
@@ -315,7 +489,7 @@ func newStoreCmd(g *globals) *cobra.Command {
 		Short: "End a store's draining period",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return drain(args[0], 0, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
+			return drain(cmd.Context(), args[0], 0, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
 		},
 	})
 	return cmd

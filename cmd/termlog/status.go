@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,11 +45,33 @@ type Status struct {
 // loadStatus folds the stream, from the newest usable snapshot when the
 // cluster has a snapshot bucket (snapshots passed over are logged to logger).
 func loadStatus(ctx context.Context, nc *nats.Conn, lc natslog.Config, logger zerolog.Logger) (Status, error) {
-	cluster := lc.Cluster
 	lg, err := natslog.Open(ctx, nc, lc)
 	if err != nil {
 		return Status{}, err
 	}
+	return loadStatusLog(ctx, nc, lg, lc.Cluster, logger)
+}
+
+// loadStatusFrom is loadStatus on a session's open stream, each request
+// bounded by --timeout and failing at a permission violation.
+func loadStatusFrom(ctx context.Context, s *session, lg *natslog.Log, logger zerolog.Logger) (Status, error) {
+	var st Status
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		st, err = loadStatusLog(ctx, s.nc, lg, s.g.cluster, logger)
+		return err
+	})
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return st, s.refused(err, "read the cluster's stream, snapshots or lease")
+	}
+	if err != nil {
+		return st, s.timeoutError(err, "reading stream "+lg.Stream())
+	}
+	return st, nil
+}
+
+// loadStatusLog is loadStatus on an open stream.
+func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster string, logger zerolog.Logger) (Status, error) {
 	var store events.SnapshotStore
 	if snaps, err := natslog.BindSnapshots(ctx, lg); err == nil {
 		store = snaps
@@ -130,21 +153,24 @@ func sortedIDs(m map[uint64]string) []uint64 {
 	return ids
 }
 
-// status connects, reads the stream and the lease bucket, and hangs up.
+// status connects, reads the stream and the lease bucket, and hangs up;
+// each step within --timeout, a failure naming its cause.
 func (g *globals) status(ctx context.Context) (Status, error) {
-	nc, err := g.dial(natslog.RoleObserver, nats.Name("termlog-status"), nats.Timeout(5*time.Second))
-	if err != nil {
-		return Status{}, err
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	lg, err := g.logger()
 	if err != nil {
 		return Status{}, err
 	}
+	s, err := g.dialSession("termlog-status", natslog.RoleObserver)
+	if err != nil {
+		return Status{}, err
+	}
+	defer s.Close()
+	l, err := s.openStream(ctx, false)
+	if err != nil {
+		return Status{}, err
+	}
 	// Only snapshots passed over are worth a line next to the answer.
-	return loadStatus(ctx, nc, g.readConfig(), lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
+	return loadStatusFrom(ctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -152,6 +178,7 @@ func newStatus(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster as projected from the event stream",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := g.status(cmd.Context())
 			if err != nil {
@@ -166,26 +193,36 @@ func newStatus(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	outputFlags(cmd.Flags(), &asJSON)
 	return cmd
 }
 
 func newWorkerCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "worker"}
-	newWorkerRoleCmd(g, cmd)
-	cmd.AddCommand(&cobra.Command{
+	cmd := group(&cobra.Command{Use: "worker", Short: "Workers: run one, list them"})
+	var asJSON bool
+	list := &cobra.Command{
 		Use:   "list",
-		Short: "List active workers (read from the projection)",
+		Short: "List the workers (read from the projection of the stream)",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := g.status(cmd.Context())
 			if err != nil {
 				return err
 			}
-			for _, w := range s.Workers {
-				fmt.Fprintf(cmd.OutOrStdout(), "%d\t%s\t%s\tepoch=%d\n", w.ID, w.Endpoint, w.State, w.Epoch)
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(s.Workers)
 			}
-			return nil
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tENDPOINT\tSTATE\tEPOCH\tKIND\tPARALLELISM\tINCARNATION")
+			for _, w := range s.Workers {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\n", w.ID, w.Endpoint, w.State, w.Epoch, w.Kind, w.Parallelism, w.Incarnation)
+			}
+			return tw.Flush()
 		},
-	})
+	}
+	outputFlags(list.Flags(), &asJSON)
+	cmd.AddCommand(newWorkerRunCmd(g), list)
 	return cmd
 }

@@ -173,11 +173,11 @@ func TestCLIRolesTLS(t *testing.T) {
 	nats := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"), "--auth-dir", auth, "--tls")
 	nats.waitFor(t, "NATS JetStream at")
 	common := []string{"--nats", url, "--auth-dir", auth}
-	meta := startProc(t, bin, append([]string{"meta", "--id", "meta-1", "--lease", "1s", "--tls"}, common...)...)
+	meta := startProc(t, bin, append([]string{"meta", "run", "--id", "meta-1", "--lease", "1s", "--tls"}, common...)...)
 	tlsEP := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	tlsWorker := startProc(t, bin, append([]string{"worker", "--endpoint", tlsEP, "--tls"}, common...)...)
+	tlsWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", tlsEP, "--tls"}, common...)...)
 	plainEP := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	plainWorker := startProc(t, bin, append([]string{"worker", "--endpoint", plainEP, "--tls-ca", filepath.Join(auth, "tls", natslog.TLSCAFile)}, common...)...)
+	plainWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", plainEP, "--tls-ca", filepath.Join(auth, "tls", natslog.TLSCAFile)}, common...)...)
 
 	tlsWorker.waitIn(t, &tlsWorker.errOut, `"message":"control stream accepted"`)
 	for _, line := range strings.Split(tlsWorker.errOut.String(), "\n") {

@@ -39,7 +39,7 @@ type upOpts struct {
 	logDB    string
 	raftLog  string
 	storeTO  time.Duration
-	lease    time.Duration
+	lease    leaseOpts
 	timeout  time.Duration
 	interval time.Duration
 	replicas int // of the stream and the lease bucket
@@ -48,6 +48,8 @@ type upOpts struct {
 	snapEvery int
 	sec       serverSecurity
 	authDir   string // --auth-dir of up: "" means <data>/auth
+	// inUp: the replica runs in up (which has the admin key).
+	inUp bool
 	// peer is mutual TLS on the control streams (meta) and Raft (logstore);
 	// zero: plaintext.
 	peer tlsFiles
@@ -69,9 +71,12 @@ Every connection authenticates as its role with the keys in <data>/auth (or
 then every connection is TLS, the NATS clients and routes, the meta leader's
 control streams to the workers and the Raft traffic between the stores (the
 last two mutual TLS with that CA).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicas = int(g.replicas)
 			o.authDir = g.auth.authDir
+			o.lease.explicit = cmd.Flags().Changed("lease")
+			o.inUp = true
 			return runUp(cmd.Context(), g, o, cmd.OutOrStdout())
 		},
 	}
@@ -84,10 +89,11 @@ last two mutual TLS with that CA).`,
 	f.IntVar(&o.shards, "shards", 2, "Raft shards, 3 replicas each (needs --stores >= 3)")
 	f.StringVar(&o.logDB, "logdb", "tiny", "LogDB profile of the stores: tiny (about 0.3 MiB, ~22 goroutines) or default (up to 8 GiB of write buffers)")
 	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level: debug, info, warning, error, critical")
-	f.DurationVar(&o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
-	f.DurationVar(&o.lease, "lease", 3*time.Second, "leader lease")
-	f.DurationVar(&o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
-	f.DurationVar(&o.interval, "status-every", time.Second, "status line interval")
+	durationFlag(f, &o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
+	leaseFlag(f, &o.lease.ttl)
+	f.BoolVar(&o.lease.update, "update-lease", false, "when the cluster's lease bucket has another TTL than --lease, change it to --lease (with the admin key); meta replicas running elsewhere must restart with it")
+	durationFlag(f, &o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
+	durationFlag(f, &o.interval, "status-every", time.Second, "status line interval")
 	snapshotFlag(f, &o.snapEvery)
 	o.sec.register(cmd)
 	return cmd
@@ -99,14 +105,40 @@ func newIncarnation() string {
 	return hex.EncodeToString(b)
 }
 
-func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
+// validate checks every flag of up before anything starts.
+func (o upOpts) validate() error {
 	if o.metas < 1 || o.workers < 0 || o.stores < 0 || o.shards < 0 {
 		return errors.New("--metas must be >= 1; --workers, --stores and --shards >= 0")
 	}
 	if o.shards > 0 && o.stores < 3 {
 		return errors.New("--shards needs --stores >= 3 (3 replicas per shard)")
 	}
-	if err := logstore.SetDragonboatLogLevel(o.raftLog); err != nil {
+	if o.port < 0 || o.port > 65535 {
+		return fmt.Errorf("--nats-port %d: want 0 (a free port) to 65535", o.port)
+	}
+	if o.snapEvery < 0 {
+		return fmt.Errorf("--snapshot-every %d: want >= 0 (0: no snapshots)", o.snapEvery)
+	}
+	if err := validLogDB(o.logDB); err != nil {
+		return err
+	}
+	return logstore.SetDragonboatLogLevel(o.raftLog)
+}
+
+// portFree checks that port (0: any) of 127.0.0.1 can be listened on.
+func portFree(port int) error {
+	if port == 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return fmt.Errorf("--nats-port %d: %w: another NATS (or another termlog up) listens there; pass another --nats-port, or 0 for a free one", port, err)
+	}
+	return ln.Close()
+}
+
+func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
+	if err := o.validate(); err != nil {
 		return err
 	}
 	lg, err := g.logger()
@@ -117,11 +149,17 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(data, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
 	fps, err := failpoint.Parse(os.Getenv(failpoint.EnvVar))
 	if err != nil {
+		return err
+	}
+	// Before NATS opens the data dir: one up (or nats) per data dir.
+	lock, err := lockDataDir(data, "termlog up")
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if err := portFree(o.port); err != nil {
 		return err
 	}
 	authDir := o.authDir
@@ -142,9 +180,15 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	}
 	srv, err := startEmbeddedNATS(data, o.port, o.replicas, sec)
 	if err != nil {
-		return fmt.Errorf("start NATS (is port %d in use? try --nats-port 0): %w", o.port, err)
+		return fmt.Errorf("start NATS: %w", err)
 	}
 	defer srv.Shutdown()
+	srv.lg = lg
+	if o.lease.update {
+		if err := upUpdateLease(ctx, srv, g.cluster, o.lease.ttl, out); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(out, "termlog up: NATS JetStream at %s (stream and lease at R%d), data in %s\n", srv.URLs(0), max(o.replicas, 1), data)
 	look := "go run ./cmd/termlog status --nats " + srv.URLs(0)
 	if sec.authDir != "" {
@@ -263,7 +307,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 func waitingLine(leader *meta.Replica, o upOpts, start time.Time) string {
 	prefix := fmt.Sprintf("%s  waiting (%s):", time.Now().Format("15:04:05"), time.Since(start).Round(time.Second))
 	if leader == nil {
-		return prefix + " a meta leader (lease " + o.lease.String() + ")"
+		return prefix + " a meta leader"
 	}
 	v := leader.View()
 	running := 0
@@ -324,17 +368,21 @@ func statusLine(metas []*meta.Replica, leader *meta.Replica, term uint64) string
 }
 
 func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts, fps *failpoint.Set, lg zerolog.Logger) (*meta.Replica, error) {
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas})
+	log, err := openLogWaiting(ctx, lg, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas})
 	if err != nil {
 		return nil, err
 	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	lease, err := meta.OpenKVLease(octx, js, cluster, o.lease, o.replicas)
+	fix := "`termlog meta set-lease %s` (admin key), then restart the replicas"
+	if o.inUp {
+		fix = "`termlog up --lease %s --update-lease`"
+	}
+	lease, ttl, err := openLease(octx, js, cluster, o.lease, o.replicas, fix, lg)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +395,7 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 		return nil, err
 	}
 	return meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
+		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: ttl,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps, ControlTLS: controlTLS,
 		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
 		SnapshotEvery: o.snapEvery, Snapshots: snaps,
@@ -358,13 +406,13 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 // Raft address addr and data dir dir, its projection starting from the
 // newest snapshot when useSnaps.
 func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir, addr string, useSnaps bool, o upOpts, lg zerolog.Logger) (*logstore.Store, error) {
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	// A store may only read the stream: it binds to the one the metas made.
-	log, err := natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas, Bind: true})
+	log, err := openLogWaiting(ctx, lg, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas, Bind: true})
 	if err != nil {
 		return nil, err
 	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	snaps, err := readSnapshots(octx, log, useSnaps)
 	if err != nil {
 		return nil, err
@@ -409,9 +457,11 @@ func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster
 	if err != nil {
 		return err
 	}
+	inc := newIncarnation()
 	w, err = client.NewWorker(nc, client.WorkerConfig{
-		Cluster: cluster, Incarnation: newIncarnation(), Endpoint: endpoint, Kind: "compute", Parallelism: 4,
-		Logger: lg.With().Str("endpoint", endpoint).Logger(), DeregisterOnStop: true,
+		Cluster: cluster, Incarnation: inc, Endpoint: endpoint, Kind: "compute", Parallelism: 4,
+		// The worker names its endpoint where it matters ("registered").
+		Logger: lg.With().Str("incarnation", inc).Logger(), DeregisterOnStop: true,
 	})
 	if err != nil {
 		return err
@@ -456,4 +506,42 @@ func readSnapshots(ctx context.Context, log *natslog.Log, on bool) (events.Snaps
 		return nil, err
 	}
 	return s, nil
+}
+
+// validLogDB checks --logdb before anything starts.
+func validLogDB(p string) error {
+	switch p {
+	case logstore.LogDBTiny, logstore.LogDBDefault:
+		return nil
+	}
+	return fmt.Errorf("--logdb %q: want %s or %s", p, logstore.LogDBTiny, logstore.LogDBDefault)
+}
+
+// leaseFlag is --lease of up and meta run.
+func leaseFlag(f *pflag.FlagSet, ttl *time.Duration) {
+	durationFlag(f, ttl, "lease", 3*time.Second, "leader lease: the TTL of the cluster's lease bucket, set when the bucket is created (default: the existing bucket's, else 3s); another value than the existing bucket's is refused")
+}
+
+// upUpdateLease is up --update-lease: the lease bucket's TTL becomes ttl,
+// with the admin key, before any replica opens it.
+func upUpdateLease(ctx context.Context, srv *embeddedNATS, cluster string, ttl time.Duration, out io.Writer) error {
+	nc, err := srv.Connect(0, "termlog-up-admin", natslog.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	old, found, err := setLeaseTTL(octx, js, cluster, ttl)
+	switch {
+	case err != nil:
+		return err
+	case found && old != ttl:
+		fmt.Fprintf(out, "lease of cluster %s changed from %s to %s (--update-lease)\n", cluster, old, ttl)
+	}
+	return nil
 }

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	neturl "net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/meta/client"
+)
+
+// session is the NATS connection of an interactive command (status,
+// replay, worker list, stepdown, store drain, import). It never prints the
+// client's asynchronous errors: it keeps the permission violations and ends
+// the request in flight at the first one, so a refused request fails at
+// once and names the subject it may not use instead of timing out.
+type session struct {
+	nc      *nats.Conn
+	g       *globals
+	role    natslog.Role
+	key     string // the seed file connected with ("" for none)
+	timeout time.Duration
+
+	mu       sync.Mutex
+	denied   error         // the latest permission violation
+	deniedCh chan struct{} // closed by the first violation since reset
+}
+
+// dialSession connects to --nats as role within --timeout.
+func (g *globals) dialSession(name string, role natslog.Role) (*session, error) {
+	s := &session{g: g, role: role, key: g.seedFile(role), timeout: g.timeout, deniedCh: make(chan struct{})}
+	ro, err := g.roleOptions(role)
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(g.timeout),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { s.asyncError(err) }),
+		// Said once by the command's error, not by the client.
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {}),
+	}, ro...)
+	nc, err := nats.Connect(g.natsURL, opts...)
+	if err != nil {
+		return nil, connectError(g.natsURL, role, s.key, g.timeout, err)
+	}
+	s.nc = nc
+	return s, nil
+}
+
+func (s *session) Close() { s.nc.Close() }
+
+func (s *session) asyncError(err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.denied == nil {
+		close(s.deniedCh)
+	}
+	s.denied = err
+}
+
+// call runs f with a context that ends after --timeout or at the first
+// permission violation, whichever comes first; the violation, if any, is
+// the error.
+func (s *session) call(ctx context.Context, f func(context.Context) error) error {
+	s.mu.Lock()
+	s.denied, s.deniedCh = nil, make(chan struct{})
+	denied := s.deniedCh
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	done := make(chan struct{})
+	watcher := make(chan struct{})
+	go func() {
+		defer close(watcher)
+		select {
+		case <-denied:
+			cancel()
+		case <-done:
+		}
+	}()
+	err := f(ctx)
+	close(done)
+	<-watcher
+	s.mu.Lock()
+	perr := s.denied
+	s.mu.Unlock()
+	if perr != nil {
+		return perr
+	}
+	return err
+}
+
+// whose names the key of the session for messages.
+func (s *session) whose() string {
+	if s.key == "" {
+		return fmt.Sprintf("the %s connection (no key)", s.role)
+	}
+	return "the key " + s.key
+}
+
+// refused is the one-line error of a permission violation on subject.
+func (s *session) refused(err error, what string) error {
+	return fmt.Errorf("refused: %s may not %s (%v): %s", s.whose(), what, err, s.roleHint())
+}
+
+// roleHint says which key the command needs.
+func (s *session) roleHint() string {
+	if s.g.auth.creds != "" {
+		return fmt.Sprintf("this command connects as role %s; --creds %s is another role's key, or the server's keys were made for another --cluster than %q", s.role, s.g.auth.creds, s.g.cluster)
+	}
+	return fmt.Sprintf("this command needs the %s key (%s.nk); or the server's keys were made for another --cluster than %q", s.role, s.role, s.g.cluster)
+}
+
+// openStream checks, each request bounded by --timeout, that JetStream
+// answers, the role may use it and the cluster's stream exists (unless
+// mayCreate), then opens the stream. Every failure is one line naming
+// its cause.
+func (s *session) openStream(ctx context.Context, mayCreate bool) (*natslog.Log, error) {
+	js, err := jetstream.New(s.nc, jetstream.WithDefaultTimeout(s.timeout))
+	if err != nil {
+		return nil, err
+	}
+	url := s.nc.ConnectedUrlRedacted()
+	err = s.call(ctx, func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err })
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return nil, s.refused(err, "use JetStream")
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%s has no JetStream (%v): point --nats at a termlog NATS server (`termlog nats` or `termlog up`)", url, err)
+	case err != nil:
+		return nil, s.timeoutError(err, "JetStream at "+url+" did not answer")
+	}
+	stream := natslog.StreamName(s.g.cluster)
+	err = s.call(ctx, func(ctx context.Context) error { _, err := js.Stream(ctx, stream); return err })
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		// The role may use JetStream, but not this cluster's stream: the
+		// server's role keys grant one cluster's stream only.
+		return nil, fmt.Errorf("refused: %s may not read stream %s (%v): the server's keys are for another cluster than %q, or this is not a key of role %s: check --cluster ($TERMLOG_CLUSTER)", s.whose(), stream, err, s.g.cluster, s.role)
+	case errors.Is(err, jetstream.ErrStreamNotFound) && !mayCreate:
+		return nil, fmt.Errorf("no stream %s for cluster %q on %s: check --cluster ($TERMLOG_CLUSTER); a meta replica creates the stream when it first starts", stream, s.g.cluster, url)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return nil, s.timeoutError(err, "stream "+stream+" on "+url+" did not answer")
+	}
+	cfg := s.g.readConfig()
+	cfg.Bind = !mayCreate
+	cfg.RequestTimeout, cfg.OpenTimeout = s.timeout, s.timeout
+	var l *natslog.Log
+	err = s.call(ctx, func(ctx context.Context) error {
+		var err error
+		l, err = natslog.Open(ctx, s.nc, cfg)
+		return err
+	})
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return nil, s.refused(err, "open stream "+stream)
+	}
+	return l, err
+}
+
+// timeoutError names a request that ran out of --timeout as such.
+func (s *session) timeoutError(err error, what string) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return fmt.Errorf("%s within --timeout %s", what, s.timeout)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// leaderRPC sends one request to the meta leader within --timeout and
+// returns its reply.
+func (s *session) leaderRPC(ctx context.Context, rpc string, req any) (client.Reply, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return client.Reply{}, err
+	}
+	subject := client.RPCSubject(s.g.cluster, rpc)
+	var msg *nats.Msg
+	err = s.call(ctx, func(ctx context.Context) error {
+		var err error
+		msg, err = s.nc.RequestWithContext(ctx, subject, b)
+		return err
+	})
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return client.Reply{}, s.refused(err, "send "+subject)
+	case errors.Is(err, nats.ErrNoResponders):
+		return client.Reply{}, fmt.Errorf("no meta leader of cluster %q answers %s (no responders): is a meta replica running, with this --cluster? A new leader takes up to one lease period", s.g.cluster, subject)
+	case err != nil:
+		return client.Reply{}, s.timeoutError(err, "no meta leader answered "+subject)
+	}
+	var rep client.Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return client.Reply{}, fmt.Errorf("malformed reply to %s: %w", subject, err)
+	}
+	if rep.Error != nil {
+		return rep, rep.Error
+	}
+	return rep, nil
+}
+
+// connectError says in one line why a connection failed and what to do.
+func connectError(url string, role natslog.Role, key string, timeout time.Duration, err error) error {
+	who := "as " + string(role)
+	if key != "" {
+		who += " (key " + key + ")"
+	}
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, nats.ErrAuthorization):
+		return fmt.Errorf("connect %s %s: wrong credentials (%v): pass the auth dir the server was started with (--auth-dir DIR; `termlog up` and `termlog nats` print it) or --creds FILE", url, who, err)
+	case errors.Is(err, nats.ErrSecureConnRequired) || strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls:"):
+		return fmt.Errorf("connect %s %s: %v: the server uses TLS: pass --tls-ca with its CA (DIR/tls/%s)", url, who, err, natslog.TLSCAFile)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("connect %s: nothing is listening there (connection refused): start NATS (`termlog up` or `termlog nats`) or point --nats ($TERMLOG_NATS) at it", url)
+	case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &opErr) && opErr.Timeout():
+		return fmt.Errorf("connect %s: no answer within --timeout %s: is the address right?", url, timeout)
+	case errors.Is(err, nats.ErrNoServers):
+		if refused(url, timeout) {
+			return fmt.Errorf("connect %s: nothing is listening there (connection refused): start NATS (`termlog up` or `termlog nats`) or point --nats ($TERMLOG_NATS) at it", url)
+		}
+		return fmt.Errorf("connect %s: no server reachable (%v): start NATS or point --nats ($TERMLOG_NATS) at it", url, err)
+	}
+	return fmt.Errorf("connect %s %s: %w", url, who, err)
+}
+
+// fatalConnectError reports whether a failed connection cannot be mended
+// by waiting: wrong credentials or TLS settings.
+func fatalConnectError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrSecureConnRequired) ||
+		strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls:")
+}
+
+// connectRole connects a long-running role (meta, worker, logstore) to the
+// --nats URLs, waiting with backoff, and saying so, while nothing answers;
+// wrong credentials fail at once. The connection reconnects forever and
+// logs losing and regaining NATS.
+func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natslog.Role) (*nats.Conn, error) {
+	ro, err := g.roleOptions(role)
+	if err != nil {
+		return nil, err
+	}
+	opts := append(roleConnOptions(name), ro...)
+	opts = append(opts,
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := lg.Warn().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS error")
+		}),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if !nc.IsClosed() {
+				lg.Warn().Err(err).Msg("lost NATS; reconnecting")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { lg.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("reconnected to NATS") }),
+	)
+	backoff := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(g.natsURL, opts...)
+		if err == nil {
+			lg.Info().Str("url", nc.ConnectedUrlRedacted()).Str("role", string(role)).Msg("connected to NATS")
+			return nc, nil
+		}
+		cerr := connectError(g.natsURL, role, g.seedFile(role), 5*time.Second, err)
+		if fatalConnectError(err) {
+			return nil, cerr
+		}
+		lg.Warn().Str("url", g.natsURL).Int("attempt", attempt).Dur("retry_in", backoff).Str("cause", cerr.Error()).Msg("waiting for NATS")
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stopped while waiting for NATS at %s: %w", g.natsURL, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// openLogWaiting opens the stream for a long-running role, waiting (and
+// saying so) while JetStream or the stream is not there yet; a
+// configuration error fails at once.
+func openLogWaiting(ctx context.Context, lg zerolog.Logger, nc *nats.Conn, cfg natslog.Config) (*natslog.Log, error) {
+	for attempt := 1; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := natslog.Open(octx, nc, cfg)
+		cancel()
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("stopped while waiting for the event stream: %w", ctx.Err())
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		what := "waiting for JetStream"
+		if cfg.Bind {
+			what = "waiting for a meta replica to create the event stream"
+		}
+		lg.Warn().Str("stream", natslog.StreamName(cfg.Cluster)).Int("attempt", attempt).Str("cause", err.Error()).Msg(what)
+	}
+}
+
+// refused reports whether every server of the comma-separated urls
+// refuses a TCP connection: nothing listens there.
+func refused(urls string, timeout time.Duration) bool {
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		pu, err := neturl.Parse(u)
+		if err != nil {
+			return false
+		}
+		host := pu.Host
+		if pu.Port() == "" {
+			host = net.JoinHostPort(pu.Hostname(), "4222")
+		}
+		c, err := net.DialTimeout("tcp", host, min(timeout, time.Second))
+		if err == nil {
+			c.Close()
+			return false
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,64 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// TestKVLeaseTTLIsTheClusters: OpenKVLease binds an existing lease bucket
+// only with the TTL it has; another TTL, or none, is a *LeaseTTLError (a
+// replica renewing by another period than the bucket's flaps or holds the
+// lease too long), and a TTL <= 0 is refused before anything is created.
+func TestKVLeaseTTLIsTheClusters(t *testing.T) {
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if _, err := OpenKVLease(ctx, js, "zero", ttl, 1); err == nil {
+			t.Fatalf("OpenKVLease with TTL %s succeeded", ttl)
+		}
+	}
+	if _, err := js.KeyValue(ctx, LeaseBucket("zero")); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("a refused TTL made a bucket: %v", err)
+	}
+
+	if _, err := OpenKVLease(ctx, js, "c", 3*time.Second, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenKVLease(ctx, js, "c", 3*time.Second, 1); err != nil {
+		t.Fatalf("the same TTL again: %v", err)
+	}
+	_, err = OpenKVLease(ctx, js, "c", 10*time.Second, 1)
+	var te *LeaseTTLError
+	if !errors.As(err, &te) || te.Have != 3*time.Second || te.Want != 10*time.Second || te.Bucket != LeaseBucket("c") {
+		t.Fatalf("another TTL: %v, want a LeaseTTLError 3s -> 10s", err)
+	}
+
+	// A bucket without a TTL (an older termlog's --lease 0) is refused too.
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LeaseBucket("none"), History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenKVLease(ctx, js, "none", 3*time.Second, 1); !errors.As(err, &te) || te.Have != 0 {
+		t.Fatalf("a bucket without TTL: %v, want a LeaseTTLError with Have 0", err)
+	}
+}
