@@ -370,7 +370,7 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	if cfg.CatchUpTimeout <= 0 {
 		cfg.CatchUpTimeout = 10 * time.Second
 	}
-	cfg.Logger = cfg.Logger.With().Str("store", cfg.Store).Str("component", "reconciler").Logger()
+	cfg.Logger = cfg.Logger.With().Str("component", "reconciler").Logger()
 	return &Reconciler{cfg: cfg}
 }
 

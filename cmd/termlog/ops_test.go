@@ -423,9 +423,7 @@ func checkJSONLogs(t *testing.T, name, logs string) {
 		}
 		seen := map[string]bool{}
 		for _, k := range keys {
-			// logstore's reconciler adds "store" to a logger that has it
-			// (logstore/reconcile.go, not this package's to change).
-			if seen[k] && !(k == "store" && strings.Contains(line, `"component":"reconciler"`)) {
+			if seen[k] {
 				t.Errorf("%s: key %q twice: %s", name, k, line)
 			}
 			seen[k] = true
