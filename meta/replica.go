@@ -157,6 +157,9 @@ func New(cfg Config) (*Replica, error) {
 // ID is the replica's name.
 func (r *Replica) ID() string { return r.cfg.ID }
 
+// Log is the event stream the replica projects and appends to.
+func (r *Replica) Log() events.Log { return r.cfg.Log }
+
 // Projector is the replica's projection of the stream.
 func (r *Replica) Projector() *client.Projector { return r.proj }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/logstore"
@@ -178,4 +179,35 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lg
 		<-done
 	}
 	return stop, nil
+}
+
+// metricsFlag adds --metrics-addr.
+func metricsFlag(f *pflag.FlagSet, addr *string) {
+	f.StringVar(addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default off)")
+}
+
+// metricsFor serves collectors at addr until the returned stop is called
+// ("" serves nothing).
+func metricsFor(ctx context.Context, addr string, lg zerolog.Logger, cs ...prometheus.Collector) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(combined(cs)); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return serveMetrics(ctx, addr, reg, lg)
+}
+
+// combined collects several components of one process (up has three
+// metas and three stores, whose metrics differ only by a label). It is an
+// unchecked collector: it describes nothing up front.
+type combined []prometheus.Collector
+
+func (combined) Describe(chan<- *prometheus.Desc) {}
+
+func (c combined) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range c {
+		x.Collect(ch)
+	}
 }

@@ -190,6 +190,11 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				stop, err := metricsFor(cmd.Context(), o.metricsAddr, rlg, metaCollector{r: r, log: r.Log()})
+				if err != nil {
+					return err
+				}
+				defer stop()
 				return r.Run(cmd.Context())
 			})
 		},
@@ -201,6 +206,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 	f.IntVar(&o.shards, "shards", 0, "Raft shards the scheduler keeps (3 replicas each) once 3 stores are up")
 	durationFlag(f, &o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
 	snapshotFlag(f, &o.snapEvery)
+	metricsFlag(f, &o.metricsAddr)
 	pt.register(cmd, "the control streams to the workers are")
 	return cmd
 }
@@ -331,7 +337,7 @@ func newSetLeaseCmd(g *globals) *cobra.Command {
 }
 
 func newWorkerRunCmd(g *globals) *cobra.Command {
-	var endpoint, kind string
+	var endpoint, kind, metricsAddr string
 	var parallelism int
 	var pt peerTLSFlags
 	run := &cobra.Command{
@@ -382,6 +388,11 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stop, err := metricsFor(ctx, metricsAddr, wlg, workerCollector{agent: agent, w: w})
+			if err != nil {
+				return err
+			}
+			defer stop()
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
 			wg.Add(2)
@@ -391,6 +402,7 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 			return errors.Join(errs...)
 		})
 	}
+	metricsFlag(run.Flags(), &metricsAddr)
 	run.Flags().StringVar(&endpoint, "endpoint", "127.0.0.1:5688", "host:port of this worker's control-stream listener")
 	run.Flags().StringVar(&kind, "kind", "compute", "worker kind")
 	run.Flags().IntVar(&parallelism, "parallelism", 4, "parallelism")
@@ -442,7 +454,12 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer st.Close()
-				return st.Run(cmd.Context())
+				stop, err := metricsFor(cmd.Context(), o.metricsAddr, slg, storeCollector{s: st})
+				if err != nil {
+					return err
+				}
+				defer stop()
+				return runStore(cmd.Context(), st, o.restartGrace, slg)
 			})
 		},
 	}
@@ -454,7 +471,33 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level")
 	pt.register(cmd, "the Raft traffic between the stores is")
 	f.BoolVar(&useSnaps, "snapshots", true, "start the store's projection from the newest usable snapshot in <cluster>_snapshots")
+	f.DurationVar(&o.restartGrace, "restart-grace", 15*time.Minute, "on SIGTERM or Ctrl-C the store drains itself this long before it stops, so a planned restart replaces nothing (0: it does not drain; a SIGKILLed store is replaced after --store-timeout)")
+	metricsFlag(f, &o.metricsAddr)
 	return cmd
+}
+
+// runStore runs st until ctx ends; then, before stopping it, the store
+// drains itself for grace (a planned restart: its replicas are not
+// replaced meanwhile). Only then does the NodeHost stop.
+func runStore(ctx context.Context, st *logstore.Store, grace time.Duration, lg zerolog.Logger) error {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- st.Run(sctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	if grace > 0 {
+		dctx, dcancel := context.WithTimeout(sctx, 5*time.Second)
+		if err := st.Drain(dctx, grace); err != nil {
+			lg.Warn().Err(err).Msg("could not drain before stopping: the store may be replaced after --store-timeout")
+		}
+		dcancel()
+	}
+	cancel()
+	return <-done
 }
 
 func newStoreCmd(g *globals) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -40,6 +42,9 @@ type Status struct {
 	Anomalies   []projections.Anomaly `json:"anomalies"`
 	// FromSnapshot is the snapshot the fold started from (absent: seq 1).
 	FromSnapshot *events.SnapshotInfo `json:"from_snapshot,omitempty"`
+	// Health is the leader's published shard and store health, its age,
+	// and what keeps the cluster from healthy.
+	Health Health `json:"health"`
 }
 
 // loadStatus folds the stream, from the newest usable snapshot when the
@@ -87,13 +92,27 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
 		FromSnapshot: origin.Snapshot,
 	}
+	lease := 3 * time.Second
 	if js, err := jetstream.New(nc); err == nil {
 		if kv, err := js.KeyValue(ctx, meta.LeaseBucket(cluster)); err == nil {
 			if e, err := kv.Get(ctx, meta.LeaseKey); err == nil {
 				s.LeaseHolder = string(e.Value())
 			}
+			if ks, err := kv.Status(ctx); err == nil && ks.TTL() > 0 {
+				lease = ks.TTL()
+			}
 		}
 	}
+	rec, err := readHealth(ctx, nc, cluster)
+	if err != nil {
+		return Status{}, fmt.Errorf("health bucket %s: %w", meta.HealthBucket(cluster), err)
+	}
+	var age time.Duration
+	if rec != nil {
+		age = max(time.Since(rec.At), 0)
+	}
+	s.Health = Health{Record: rec, AgeMS: age.Milliseconds(), Problems: judge(s, rec, age, healthStale(lease))}
+	s.Health.Healthy = len(s.Health.Problems) == 0
 	return s, nil
 }
 
@@ -137,11 +156,15 @@ func printStatus(w io.Writer, s Status) {
 			if sh.Operator != "" {
 				line += "  operator " + sh.Operator
 			}
+			if sh.Blocked != "" {
+				line += "  blocked: " + sh.Blocked
+			}
 			fmt.Fprintln(w, line)
 		}
 	}
 	c := s.Counters
 	fmt.Fprintf(w, "events applied %d  noops %d  rejected %d (stale term %d)  corrupt %d\n", c.Applied, c.NoOps, c.Rejected, c.StaleTerm, c.Corrupt)
+	printHealth(w, s.Health)
 }
 
 func sortedIDs(m map[uint64]string) []uint64 {
@@ -173,29 +196,165 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	return loadStatusFrom(ctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
 }
 
+// Exit statuses of status.
+const (
+	exitDegraded   = 1 // the cluster is readable and not healthy
+	exitUnreadable = 2 // the cluster could not be read
+)
+
 func newStatus(g *globals) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON      bool
+		watch       bool
+		waitHealthy bool
+		every       time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster as projected from the event stream",
-		Args:  cobra.NoArgs,
+		Short: "Show the cluster as projected from the event stream, and its health",
+		Long: `Show the cluster as projected from the event stream, and the health the meta
+leader publishes (per shard: replicas running on live stores out of expected, the
+Raft leader as replica@store, pending changes, the operator, a blocked reason; per
+store: state and last heartbeat; with the record's age).
+
+Exit status: 0 when healthy; 1 when degraded (a shard under-replicated or without a
+leader, an operator or pending change, a blocked shard, a store down or silent while
+draining, workers not running, no meta leader, recovery incomplete, a stale health
+record); 2 when the cluster cannot be read.
+
+--watch redraws whenever something changes. --wait-healthy blocks until the cluster
+is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
+--timeout (then the bound of the whole wait; default 5m) has passed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := g.status(cmd.Context())
-			if err != nil {
-				return err
+			out := cmd.OutOrStdout()
+			show := func(s Status) error {
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(s)
+				}
+				printStatus(out, s)
+				return nil
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(s)
+			if !watch && !waitHealthy {
+				s, err := g.status(cmd.Context())
+				if err != nil {
+					return exitWith(exitUnreadable, err)
+				}
+				if err := show(s); err != nil {
+					return err
+				}
+				return degraded(s)
 			}
-			printStatus(cmd.OutOrStdout(), s)
-			return nil
+			bound := 5 * time.Minute
+			if f := cmd.Flag("timeout"); f != nil && f.Changed && waitHealthy {
+				bound = g.timeout
+				g.timeout = min(g.timeout, 5*time.Second)
+			}
+			ctx := cmd.Context()
+			var cancel context.CancelFunc = func() {}
+			if waitHealthy {
+				ctx, cancel = context.WithTimeout(ctx, bound)
+			}
+			defer cancel()
+			var last string
+			var lastErr error
+			var s Status
+			for {
+				var err error
+				s, err = g.status(ctx)
+				if err != nil && ctx.Err() == nil {
+					lastErr = err
+					if watch && err.Error() != last {
+						last = err.Error()
+						fmt.Fprintf(out, "%s  cannot read the cluster: %v\n", time.Now().Format("15:04:05"), err)
+					}
+				} else if err == nil {
+					lastErr = nil
+					if watch {
+						key := renderKey(s)
+						if key != last {
+							last = key
+							fmt.Fprintf(out, "--- %s\n", time.Now().Format("15:04:05.000"))
+							if err := show(s); err != nil {
+								return err
+							}
+						}
+					}
+					if waitHealthy && s.Health.Healthy {
+						if !watch {
+							if err := show(s); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+				}
+				select {
+				case <-ctx.Done():
+					if waitHealthy && cmd.Context().Err() == nil {
+						if lastErr != nil {
+							return exitWith(exitUnreadable, fmt.Errorf("not healthy within %s: %w", bound, lastErr))
+						}
+						if !watch {
+							_ = show(s)
+						}
+						return exitWith(exitDegraded, fmt.Errorf("not healthy within %s: %s", bound, strings.Join(s.Health.Problems, "; ")))
+					}
+					return nil
+				case <-time.After(every):
+				}
+			}
 		},
 	}
 	outputFlags(cmd.Flags(), &asJSON)
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw whenever something changes, until interrupted")
+	cmd.Flags().BoolVar(&waitHealthy, "wait-healthy", false, "wait until the cluster is healthy; exit 1 naming what is wrong after --timeout (default 5m here)")
+	cmd.Flags().Var(positiveDuration(&every, time.Second), "every", "how often --watch and --wait-healthy read the cluster")
 	return cmd
 }
+
+// renderKey is what --watch compares: the status without what moves by
+// itself (the health record's age and times).
+func renderKey(s Status) string {
+	s.Health.AgeMS = 0
+	if r := s.Health.Record; r != nil {
+		c := *r
+		c.At, c.Health.At, c.Recovery = time.Time{}, time.Time{}, meta.Recovery{State: r.Recovery.State}
+		c.Stores = append([]sched.StoreHealth(nil), r.Stores...)
+		for i := range c.Stores {
+			c.Stores[i].LastHeartbeat = time.Time{}
+		}
+		s.Health.Record = &c
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// degraded is the exit status of a status that was read: nil when
+// healthy, else exit 1 with the first problem (the output lists them all).
+func degraded(s Status) error {
+	if s.Health.Healthy {
+		return nil
+	}
+	msg := "degraded: " + s.Health.Problems[0]
+	if n := len(s.Health.Problems); n > 1 {
+		msg += fmt.Sprintf(" (and %d more)", n-1)
+	}
+	return exitWith(exitDegraded, errors.New(msg))
+}
+
+// exitError is an error with the exit status main ends with.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
 
 func newWorkerCmd(g *globals) *cobra.Command {
 	cmd := group(&cobra.Command{Use: "worker", Short: "Workers: run one, list them"})

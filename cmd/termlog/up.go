@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -53,6 +54,10 @@ type upOpts struct {
 	// peer is mutual TLS on the control streams (meta) and Raft (logstore);
 	// zero: plaintext.
 	peer tlsFiles
+	// metricsAddr serves Prometheus metrics at http://<addr>/metrics ("": off).
+	metricsAddr string
+	// restartGrace is how long a stopping store drains itself (0: it does not).
+	restartGrace time.Duration
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -95,6 +100,7 @@ last two mutual TLS with that CA).`,
 	durationFlag(f, &o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	durationFlag(f, &o.interval, "status-every", time.Second, "status line interval")
 	snapshotFlag(f, &o.snapEvery)
+	metricsFlag(f, &o.metricsAddr)
 	o.sec.register(cmd)
 	return cmd
 }
@@ -239,6 +245,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		}
 	}
 
+	var stores []*logstore.Store
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
 		nc, err := srv.Connect(i-1, id, natslog.RoleStore)
@@ -256,9 +263,22 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 			return err
 		}
 		defer st.Close()
+		stores = append(stores, st)
 		swg.Add(1)
 		go func() { defer swg.Done(); _ = st.Run(storeCtx) }()
 	}
+	var cs []prometheus.Collector
+	for _, r := range metas {
+		cs = append(cs, metaCollector{r: r, log: r.Log()})
+	}
+	for _, st := range stores {
+		cs = append(cs, storeCollector{s: st})
+	}
+	stopMetrics, err := metricsFor(ctx, o.metricsAddr, lg, cs...)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	start := time.Now()
 	healthy := false
@@ -390,6 +410,10 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if err != nil {
 		return nil, err
 	}
+	health, err := meta.OpenHealthKV(octx, js, cluster, o.replicas)
+	if err != nil {
+		return nil, err
+	}
 	controlTLS, err := o.peer.config()
 	if err != nil {
 		return nil, err
@@ -398,7 +422,7 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: ttl,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps, ControlTLS: controlTLS,
 		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
-		SnapshotEvery: o.snapEvery, Snapshots: snaps,
+		SnapshotEvery: o.snapEvery, Snapshots: snaps, Health: health,
 	})
 }
 
