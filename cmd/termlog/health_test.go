@@ -1,0 +1,209 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// scrape reads one metric family's samples from a /metrics endpoint,
+// parsed with expfmt: {label value of key: value}.
+func scrape(t *testing.T, addr, family, key string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatalf("parse metrics: %v\n%s", err, b)
+	}
+	out := map[string]float64{}
+	f, ok := fams[family]
+	if !ok {
+		return out
+	}
+	for _, m := range f.GetMetric() {
+		out[label(m, key)] = value(m)
+	}
+	return out
+}
+
+func label(m *dto.Metric, key string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == key {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	}
+	return 0
+}
+
+// statusJSON runs status -o json and returns its exit code and status.
+func statusJSON(t *testing.T, bin string) (int, Status, string) {
+	t.Helper()
+	r := runEnv(t, bin, nil, "status", "-o", "json")
+	var s Status
+	if r.code != 2 {
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+			t.Fatalf("status -o json: %v\n%s\n%s", err, r.stdout, r.stderr)
+		}
+	}
+	return r.code, s, r.stderr
+}
+
+func shardHealth(s Status, shard uint64) (running int, leader string, ok bool) {
+	if s.Health.Record == nil {
+		return 0, "", false
+	}
+	for _, h := range s.Health.Record.Shards {
+		if h.Shard == shard {
+			if h.Leader != 0 {
+				leader = fmt.Sprintf("%d@%s", h.Leader, h.LeaderStore)
+			}
+			return h.Live, leader, true
+		}
+	}
+	return 0, "", false
+}
+
+// TestCLIShardHealthAndRollingRestart is issue 12's "done when", with the
+// built binary as separate processes (nats, meta, three logstores):
+//   - a frozen store (SIGSTOP) makes `status` say which shard runs 2/3,
+//     name its leader and exit 1, within --store-timeout plus a few
+//     seconds; /metrics shows the same numbers;
+//   - a rolling restart of the three stores, one at a time (SIGTERM,
+//     start, `status --wait-healthy`), replaces nothing: each store drains
+//     itself on SIGTERM, however long it stays down.
+func TestCLIShardHealthAndRollingRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth")
+	if out, err := run(t, bin, "auth", "init", "--dir", auth); err != nil {
+		t.Fatalf("auth init: %v\n%s", err, out)
+	}
+	port := freeTCPPort(t)
+	t.Setenv("TERMLOG_NATS", fmt.Sprintf("nats://127.0.0.1:%d", port))
+	t.Setenv("TERMLOG_AUTH_DIR", auth)
+	srv := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"))
+	srv.waitFor(t, "NATS JetStream at")
+	metaMetrics := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	m := startProc(t, bin, "meta", "run", "--id", "meta-1", "--shards", "1", "--store-timeout", "3s", "--metrics-addr", metaMetrics)
+	type store struct {
+		id, addr, data, metrics string
+		p                       *upProc
+	}
+	var stores []*store
+	for i := 1; i <= 3; i++ {
+		s := &store{id: fmt.Sprintf("store-%d", i), addr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), data: filepath.Join(dir, fmt.Sprintf("store-%d", i)),
+			metrics: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))}
+		stores = append(stores, s)
+	}
+	start := func(s *store) {
+		s.p = startProc(t, bin, "logstore", "--id", s.id, "--raft-addr", s.addr, "--data", s.data, "--metrics-addr", s.metrics, "--restart-grace", "10m")
+	}
+	for _, s := range stores {
+		start(s)
+	}
+	waitStatus := func(what string, within time.Duration, cond func(code int, s Status) bool) (int, Status) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			code, s, stderr := statusJSON(t, bin)
+			if cond(code, s) {
+				return code, s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %s waiting for %s: last status exit %d, problems %q, stderr %s\nmeta:\n%s", within, what, code, s.Health.Problems, stderr, m.errOut.String())
+			}
+			time.Sleep(200 * time.Millisecond) // polling interval
+		}
+	}
+	waitStatus("a healthy cluster", 60*time.Second, func(code int, s Status) bool { return code == 0 })
+	if r := runEnv(t, bin, nil, "status", "--wait-healthy", "--timeout", "30s"); r.code != 0 {
+		t.Fatalf("status --wait-healthy on a healthy cluster: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Freeze store-3: Raft at 2/3, store-3 silent.
+	frozen := stores[2]
+	if err := frozen.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	froze := time.Now()
+	code, s := waitStatus("status to say shard 1 runs 2/3 and exit 1", 20*time.Second, func(code int, s Status) bool {
+		running, leader, ok := shardHealth(s, 1)
+		return ok && code == 1 && running == 2 && leader != "" && !strings.HasSuffix(leader, "@store-3")
+	})
+	running, leader, _ := shardHealth(s, 1)
+	t.Logf("after %s frozen: status exit %d, shard 1 %d/3 leader %s, problems %q", time.Since(froze).Round(100*time.Millisecond), code, running, leader, s.Health.Problems)
+	r := runEnv(t, bin, nil, "status")
+	if r.code != 1 || !strings.Contains(r.stdout, "shard 1   2/3 running  leader "+leader) || !strings.Contains(r.stderr, "degraded") {
+		t.Fatalf("status table: exit %d, want 1 and shard 1 at 2/3 with leader %s:\n%s\n%s", r.code, leader, r.stdout, r.stderr)
+	}
+	// /metrics says the same.
+	deadline := time.Now().Add(10 * time.Second)
+	for scrape(t, metaMetrics, "termlog_shard_replicas_running", "shard")["1"] != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("meta metrics: %v", scrape(t, metaMetrics, "termlog_shard_replicas_running", "shard"))
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	if got := scrape(t, metaMetrics, "termlog_shard_healthy", "shard")["1"]; got != 0 {
+		t.Fatalf("termlog_shard_healthy{shard=1} = %v while frozen", got)
+	}
+	if err := frozen.p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus("healthy again after SIGCONT", 60*time.Second, func(code int, s Status) bool { return code == 0 })
+	if got := scrape(t, frozen.metrics, "termlog_store_replicas_running", "store")["store-3"]; got != 1 {
+		t.Fatalf("store-3 metrics: replicas running %v", got)
+	}
+
+	// The rolling restart: each store in turn, down for longer than the
+	// store timeout, gated by --wait-healthy.
+	for _, st := range stores {
+		st.p.stop(t)
+		st.p.waitIn(t, &st.p.errOut, "drained for a planned restart")
+		waitStatus(st.id+" silent past the store timeout and still draining", 30*time.Second, func(code int, s Status) bool {
+			for _, h := range s.Health.Record.Stores {
+				if h.Store == st.id {
+					return code == 1 && h.State == "draining" && !h.Live && time.Since(h.LastHeartbeat) > 4*time.Second
+				}
+			}
+			return false
+		})
+		start(st)
+		if r := runEnv(t, bin, nil, "status", "--wait-healthy", "--timeout", "60s"); r.code != 0 {
+			t.Fatalf("after restarting %s: status --wait-healthy exit %d\n%s\n%s", st.id, r.code, r.stdout, r.stderr)
+		}
+	}
+	r = runEnv(t, bin, nil, "replay", "--type", "operator.started")
+	if strings.Contains(r.stdout, "operator.started") {
+		t.Fatalf("the rolling restart started operators:\n%s", r.stdout)
+	}
+}
