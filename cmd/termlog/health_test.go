@@ -188,7 +188,6 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	// store timeout, gated by --wait-healthy.
 	for _, st := range stores {
 		st.p.stop(t)
-		st.p.waitIn(t, &st.p.errOut, "drained for a planned restart")
 		waitStatus(st.id+" silent past the store timeout and still draining", 30*time.Second, func(code int, s Status) bool {
 			for _, h := range s.Health.Record.Stores {
 				if h.Store == st.id {
