@@ -61,9 +61,21 @@ func runEnv(t *testing.T, bin string, env []string, args ...string) result {
 // a raw client error or a timeout of some inner retry loop.
 func wantOneLineError(t *testing.T, what string, r result, want ...string) {
 	t.Helper()
+	wantCodeOneLine(t, what, r, 1, want...)
+}
+
+// wantUnreadable is wantOneLineError for status failing to read the
+// cluster: exit status 2 (1 means it read a degraded cluster).
+func wantUnreadable(t *testing.T, what string, r result, want ...string) {
+	t.Helper()
+	wantCodeOneLine(t, what, r, exitUnreadable, want...)
+}
+
+func wantCodeOneLine(t *testing.T, what string, r result, code int, want ...string) {
+	t.Helper()
 	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
-	if r.code != 1 || len(lines) != 1 || !strings.HasPrefix(lines[0], "termlog: ") {
-		t.Fatalf("%s: exit %d, want 1 and one line on stderr; stderr:\n%s\nstdout:\n%s", what, r.code, r.stderr, r.stdout)
+	if r.code != code || len(lines) != 1 || !strings.HasPrefix(lines[0], "termlog: ") {
+		t.Fatalf("%s: exit %d, want %d and one line on stderr; stderr:\n%s\nstdout:\n%s", what, r.code, code, r.stderr, r.stdout)
 	}
 	for _, w := range want {
 		if !strings.Contains(lines[0], w) {
@@ -164,7 +176,7 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 	r := runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "worker", "list")
 	wantOneLineError(t, "TERMLOG_NATS worker list", r, "connect "+nowhere, "nothing is listening")
 	r = runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "status", "--nats", other)
-	wantOneLineError(t, "TERMLOG_NATS status --nats", r, "connect "+other, "nothing is listening")
+	wantUnreadable(t, "TERMLOG_NATS status --nats", r, "connect "+other, "nothing is listening")
 	if r := runEnv(t, bin, []string{"TERMLOG_CLUSTER=east"}, "status", "--help"); !strings.Contains(r.stdout, `[$TERMLOG_CLUSTER]`) || !strings.Contains(r.stdout, `(default "east")`) {
 		t.Errorf("status --help with TERMLOG_CLUSTER=east:\n%s", r.stdout)
 	}
@@ -281,6 +293,10 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 		}
 		args := append(append(append([]string{}, tc.args[:i]...), c...), tc.args[i:]...)
 		r := runEnv(t, bin, nil, args...)
+		if tc.args[0] == "status" {
+			wantUnreadable(t, tc.name, r, tc.want...)
+			continue
+		}
 		wantOneLineError(t, tc.name, r, tc.want...)
 	}
 
