@@ -157,7 +157,12 @@ func (r Result) String() string {
 
 // change is one config change: how to request it and how to see it.
 type change struct {
-	what    string
+	what string
+	// base, when not 0, is the config change id the change was decided on:
+	// a membership that moved past it (and does not show the change) is
+	// not the one the decision's rules were checked against, so the change
+	// is rejected without a proposal.
+	base    uint64
 	request func(ctx context.Context, ccid uint64) error
 	// check returns (done, reject reason) against a fresh membership.
 	check func(m *Membership) (done bool, reject string)
@@ -170,7 +175,15 @@ type change struct {
 // is not started here: its store starts it (join) once the addition is
 // recorded. ctx bounds the step (retries included); give it a deadline.
 func (h *Host) AddReplica(ctx context.Context, shard, replica uint64, addr string) Result {
+	return h.AddReplicaOn(ctx, shard, replica, addr, 0)
+}
+
+// AddReplicaOn is AddReplica decided on the membership at config change id
+// base: if Raft's membership moved past base (and does not show the
+// addition), it is Rejected without a proposal. 0 checks nothing.
+func (h *Host) AddReplicaOn(ctx context.Context, shard, replica uint64, addr string, base uint64) Result {
 	return h.execute(ctx, shard, change{
+		base: base,
 		what: fmt.Sprintf("add replica %d at %s to shard %d", replica, addr, shard),
 		request: func(ctx context.Context, ccid uint64) error {
 			return h.nh.SyncRequestAddReplica(ctx, shard, replica, addr, ccid)
@@ -199,7 +212,14 @@ func (h *Host) AddReplica(ctx context.Context, shard, replica uint64, addr strin
 // not a member is Applied with Already set (the goal holds; nothing is
 // proposed). ctx bounds the step; give it a deadline.
 func (h *Host) RemoveReplica(ctx context.Context, shard, replica uint64) Result {
+	return h.RemoveReplicaOn(ctx, shard, replica, 0)
+}
+
+// RemoveReplicaOn is RemoveReplica decided on the membership at config
+// change id base (see AddReplicaOn).
+func (h *Host) RemoveReplicaOn(ctx context.Context, shard, replica, base uint64) Result {
 	return h.execute(ctx, shard, change{
+		base: base,
 		what: fmt.Sprintf("remove replica %d from shard %d", replica, shard),
 		request: func(ctx context.Context, ccid uint64) error {
 			return h.nh.SyncRequestDeleteReplica(ctx, shard, replica, ccid)
@@ -333,6 +353,10 @@ func (h *Host) execute(ctx context.Context, shard uint64, c change) Result {
 			return res
 		} else if reject != "" {
 			res.Outcome, res.Reason = Rejected, reject
+			return res
+		}
+		if c.base != 0 && m.CCID != c.base {
+			res.Outcome, res.Reason = Rejected, fmt.Sprintf("membership moved since the change was decided (config change id %d, now %d)", c.base, m.CCID)
 			return res
 		}
 		step := h.executeOnce(ctx, shard, m.CCID, c)

@@ -462,6 +462,22 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) error {
 		}
 	}
 	actions := Plan(r.cfg.Store, v, r.cfg.Host.Local())
+	if hasStart(actions) && r.cfg.View.CatchUp != nil {
+		// Starting a replica on a view that lags the stream (a slow
+		// reader, the first events after a NATS outage) could start one
+		// the stream has removed since: every start is planned on a view
+		// caught up with the stream's tail.
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CatchUpTimeout)
+		err := r.cfg.View.CatchUp(cctx)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("catching up with the event stream before starting a replica: %w", err)
+			r.waiting(err)
+			return err
+		}
+		v = r.cfg.View.Current()
+		actions = Plan(r.cfg.Store, v, r.cfg.Host.Local())
+	}
 	var (
 		skipped []Skip
 		errs    []error
@@ -493,6 +509,15 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) error {
 	r.warned = ""
 	r.mu.Unlock()
 	return err
+}
+
+func hasStart(actions []Action) bool {
+	for _, a := range actions {
+		if a.Kind == ActStart {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reconciler) wasSkipped(a Action) bool {

@@ -308,9 +308,9 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 			return withMembership(client.ExecReply{Outcome: client.OutcomeApplied, Error: why}, m)
 		}
 		if req.Op == client.ExecAdd {
-			res = s.host.AddReplica(ectx, req.Shard, req.Replica, req.Addr)
+			res = s.host.AddReplicaOn(ectx, req.Shard, req.Replica, req.Addr, req.CCID)
 		} else {
-			res = s.host.RemoveReplica(ectx, req.Shard, req.Replica)
+			res = s.host.RemoveReplicaOn(ectx, req.Shard, req.Replica, req.CCID)
 		}
 	}
 	lg.Info().Str("result", res.String()).Msg("config change")
@@ -340,17 +340,18 @@ const fenceWait = 3 * time.Second
 // fence is the store's check of a config change against its own
 // projection (client.CheckExec), after waiting, bounded, for the
 // projection to reach the change's intent.
+//
+// The projection is first brought to the stream's tail: a store whose
+// projection lags (a slow reader, a paused process) must not pass a
+// deposed leader's change because it has not folded the new term yet.
 func (s *Store) fence(ctx context.Context, req client.ExecRequest) (client.ExecVerdict, string) {
-	verdict, why := client.CheckExec(s.proj.View(), req)
-	if verdict != client.ExecWait {
-		return verdict, why
-	}
 	wctx, cancel := context.WithTimeout(ctx, fenceWait)
 	defer cancel()
-	if err := s.proj.AwaitSeq(wctx, req.Intent); err != nil {
-		return client.ExecRefuse, fmt.Sprintf("%s (waited %s: %v)", why, fenceWait, err)
+	v, err := s.proj.CatchUp(wctx)
+	if err != nil {
+		return client.ExecRefuse, fmt.Sprintf("cannot bring the projection to the stream's tail within %s to check the change's term: %v", fenceWait, err)
 	}
-	return client.CheckExec(s.proj.View(), req)
+	return client.CheckExec(v, req)
 }
 
 // Refused counts config changes this store refused by the fence.

@@ -99,6 +99,10 @@ type ExecRequest struct {
 	Term      uint64 `json:"term,omitempty"`
 	Operator  string `json:"operator,omitempty"`
 	Intent    uint64 `json:"intent,omitempty"` // seq of the shard.replica.adding/removing event
+	// CCID is the config change id the change was decided on (the
+	// intent's): a store whose Raft membership moved past it rejects the
+	// change without proposing it.
+	CCID uint64 `json:"ccid,omitempty"`
 }
 
 // ExecReply is the classified result, with the membership read after it.

@@ -804,7 +804,7 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 	}
 	// Send it, if the quorum rule allows.
 	var why string
-	req := client.ExecRequest{Shard: sh.ID, Replica: r, Term: d.in.Term, Operator: op.ID, Intent: seq}
+	req := client.ExecRequest{Shard: sh.ID, Replica: r, Term: d.in.Term, Operator: op.ID, Intent: seq, CCID: p.CCID}
 	if p.Kind == projections.PendingRemoving {
 		req.Op = client.ExecRemove
 		why = quorumRule(sh, sv, fmt.Sprintf("removing replica %d", r), without(sh.Members, r))
@@ -856,6 +856,19 @@ func (d *decider) repair(sh *projections.Shard, sv shardView, s shardMem) ([]eve
 		}
 	}
 	size := len(sh.Members)
+	if stale == 0 && size > cfg.Replicas {
+		// More members than wanted (an add whose outcome was never
+		// recorded committed after all): remove one, a member that does
+		// not run first.
+		ids := sortedIDs(sh.Members)
+		stale = ids[len(ids)-1]
+		for _, r := range ids {
+			if !sv.running[r] {
+				stale = r
+				break
+			}
+		}
+	}
 	if stale != 0 {
 		size--
 	}
