@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +168,11 @@ func TestExecutorConfigChanges(t *testing.T) {
 	// Removing it again is already applied, nothing proposed.
 	if again := h2.RemoveReplica(ctxTimeout(t, 10*time.Second), 1, 3); again.Outcome != Applied || !again.Already || again.Attempts != 0 {
 		t.Fatalf("remove 3 again: %v", again)
+	}
+	// A change decided on the membership before the removal (base ccid
+	// m0) is rejected without a proposal: Raft moved since the decision.
+	if moved := h2.AddReplicaOn(ctxTimeout(t, 10*time.Second), 1, 7, freeAddr(t), m0.CCID); moved.Outcome != Rejected || moved.Attempts != 0 || !strings.Contains(moved.Reason, "moved since") {
+		t.Fatalf("add on a stale base: %v", moved)
 	}
 	// A stale config change id is rejected by Raft, and the fresh one is reported.
 	stale := h1.removeReplicaWithCCID(ctxTimeout(t, 10*time.Second), 1, 2, m0.CCID)
