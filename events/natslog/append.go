@@ -118,6 +118,10 @@ func (l *Log) checkPrev(ctx context.Context, expectedLast uint64, prevID string)
 	}
 }
 
+// ErrEventTooLarge is the error of an append of an event whose encoding is
+// larger than MaxEventBytes: nothing of that append was sent.
+var ErrEventTooLarge = errors.New("event too large")
+
 // messages encodes evs as messages on their subjects.
 func (l *Log) messages(evs []events.Event) ([]*nats.Msg, error) {
 	msgs := make([]*nats.Msg, len(evs))
@@ -125,6 +129,10 @@ func (l *Log) messages(evs []events.Event) ([]*nats.Msg, error) {
 		body, err := events.Encode(ev)
 		if err != nil {
 			return nil, fmt.Errorf("natslog: append: %w", err)
+		}
+		if len(body) > MaxEventBytes {
+			return nil, fmt.Errorf("natslog: append: %w: %s event %d of %d is %d bytes, the limit is %d; nothing was sent",
+				ErrEventTooLarge, ev.Type(), i+1, len(evs), len(body), MaxEventBytes)
 		}
 		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
 	}

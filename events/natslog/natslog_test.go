@@ -102,7 +102,8 @@ func TestCompactionConformance(t *testing.T) {
 	logtest.RunCompaction(t, func(t *testing.T) (events.Log, logtest.Compact) {
 		s := startServer(t, t.TempDir(), false)
 		nc := connect(t, s)
-		l := open(t, nc, natslog.Config{})
+		// The stream Open makes denies purges: compact one made without.
+		l := openPurgeable(t, nc, natslog.Config{})
 		return l, purger(t, nc, l)
 	})
 }
@@ -182,6 +183,9 @@ func TestStreamConfig(t *testing.T) {
 	}
 	if !cfg.AllowAtomicPublish {
 		t.Errorf("allow_atomic is not set: appends of several events cannot be batches")
+	}
+	if !cfg.DenyDelete || !cfg.DenyPurge {
+		t.Errorf("deny_delete %v, deny_purge %v: the log is not append-only", cfg.DenyDelete, cfg.DenyPurge)
 	}
 	// The default cluster.
 	if got := open(t, nc, natslog.Config{}).Stream(); got != "TERMLOG_TERMLOG" {
