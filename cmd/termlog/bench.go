@@ -25,6 +25,7 @@ baseline on the same server:
   replay     Log.Read + fold and a Projector catching up vs a raw ordered consumer
   catchup    a new replica's Projector catching up from a snapshot vs from seq 1
   append     fenced appends (in groups as under a burst, and one at a time) vs raw async and sync publish; p50/p99
+  sync       fenced appends and the registration burst on a server with --sync always vs one with --sync interval
   register   N workers registering at once against 3 meta replicas vs a trivial responder
   heartbeat  leader CPU and p99 reply latency with N workers at 1 Hz vs a trivial responder
   failover   leader killed -> term.started -> barrier recovery complete vs a raw lease handover

@@ -30,7 +30,7 @@ const startBudget = 30 * time.Second
 // TestOpenDuringElection starts a fresh cluster's roles on a 3-node
 // JetStream cluster while a node is shut down, electionRounds times:
 // every round a new termlog cluster (a fresh stream and fresh buckets,
-// their Raft groups created during the round), one meta and three stores
+// their Raft groups created during the round), three metas and three stores
 // opening what they open at startup, and the JetStream meta leader (or,
 // every other round, another node) shut down a random moment after they
 // start. Clustered JetStream may leave a request unanswered while it
@@ -64,7 +64,7 @@ func TestOpenDuringElection(t *testing.T) {
 		t.Logf("round %d: cluster %s, node %s shut down %s after the roles start", round, cluster, cfgs[victim].Name, delay)
 
 		var wg sync.WaitGroup
-		errs := make(chan error, 4)
+		errs := make(chan error, 6)
 		start := time.Now()
 		role := func(name string, open func(ctx context.Context, nc *nats.Conn) error) {
 			wg.Add(1)
@@ -84,21 +84,37 @@ func TestOpenDuringElection(t *testing.T) {
 				}
 			}()
 		}
-		role("meta-1", func(ctx context.Context, nc *nats.Conn) error {
-			l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster, Replicas: 3})
-			if err != nil {
+		// Three metas: the first two open as cmd/termlog's startMeta does
+		// (stream, lease, snapshots), the third the lease first, so that
+		// every open is under way when the node goes.
+		for i := 1; i <= 3; i++ {
+			role(fmt.Sprintf("meta-%d", i), func(ctx context.Context, nc *nats.Conn) error {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				lease := func() error {
+					_, err := meta.OpenKVLease(ctx, js, cluster, 3*time.Second, 3)
+					return err
+				}
+				if i == 3 {
+					if err := lease(); err != nil {
+						return err
+					}
+				}
+				l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster, Replicas: 3})
+				if err != nil {
+					return err
+				}
+				if i != 3 {
+					if err := lease(); err != nil {
+						return err
+					}
+				}
+				_, err = natslog.OpenSnapshots(ctx, l)
 				return err
-			}
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			if _, err := meta.OpenKVLease(ctx, js, cluster, 3*time.Second, 3); err != nil {
-				return err
-			}
-			_, err = natslog.OpenSnapshots(ctx, l)
-			return err
-		})
+			})
+		}
 		for i := 1; i <= 3; i++ {
 			role(fmt.Sprintf("store-%d", i), func(ctx context.Context, nc *nats.Conn) error {
 				l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster, Replicas: 3, Bind: true})

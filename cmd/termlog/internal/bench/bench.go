@@ -1,7 +1,8 @@
 // Package bench measures termlog's hot paths next to raw baselines on one
 // embedded NATS JetStream server, in one process and one run: fold rate,
-// replay rate from the stream, fenced appends, a registration burst,
-// heartbeat load, failover and memory per worker.
+// replay rate from the stream, fenced appends, the cost of syncing before
+// every acknowledgement, a registration burst, heartbeat load, failover and
+// memory per worker.
 //
 // Every figure carries its baseline (the same work done the plainest way on
 // the same server and the same bytes) and a ratio, the cost of termlog
@@ -33,6 +34,7 @@ const (
 	GroupReplay    = "replay"
 	GroupCatchUp   = "catchup"
 	GroupAppend    = "append"
+	GroupSync      = "sync"
 	GroupRegister  = "register"
 	GroupHeartbeat = "heartbeat"
 	GroupFailover  = "failover"
@@ -41,7 +43,7 @@ const (
 
 // Groups lists every figure group in run order.
 func Groups() []string {
-	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
+	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupSync, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
 }
 
 // Config sizes a run. Zero fields take the defaults (Defaults).
@@ -349,6 +351,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{GroupReplay, r.replay},
 		{GroupCatchUp, r.catchUp},
 		{GroupAppend, r.appends},
+		{GroupSync, r.syncCost},
 		{GroupRegister + "+", r.cluster}, // register, heartbeat and failover share one cluster
 	}
 	for _, s := range steps {
