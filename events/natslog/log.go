@@ -257,7 +257,12 @@ func (l *Log) openRetrying(ctx context.Context, what string, try func(context.Co
 func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
 	ctx, cancel := l.attemptCtx(ctx)
 	defer cancel()
-	st, err := l.js.Stream(ctx, want.Name)
+	// The info request is bounded as state's are (see requestAttempt):
+	// a stream electing a leader leaves it unanswered, and a reader that
+	// only binds should not wait a whole attempt for that.
+	ictx, icancel := context.WithTimeout(ctx, requestAttempt)
+	st, err := l.js.Stream(ictx, want.Name)
+	icancel()
 	if errors.Is(err, jetstream.ErrStreamNotFound) && l.cfg.Bind {
 		return nil, fmt.Errorf("%w (waiting for a meta replica to create it)", err)
 	}
@@ -408,6 +413,17 @@ const requestAttempt = time.Second
 func (l *Log) askAgain(ctx context.Context, attempt time.Duration, req func(context.Context) error) error {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
+	return AskAgain(ctx, l.nc, attempt, req)
+}
+
+// AskAgain makes the NATS request (or requests) req, each attempt bounded
+// by attempt, asking again while it goes unanswered (nobody answered in
+// time, no responders, or a cluster saying it is electing a leader) until
+// ctx is done or nc is closed; it returns req's last error. Clustered
+// JetStream may leave a request unanswered while it elects a leader and
+// answers the next one once it has: use it for every request that is
+// safe to repeat, with ctx bounding the whole.
+func AskAgain(ctx context.Context, nc *nats.Conn, attempt time.Duration, req func(context.Context) error) error {
 	for {
 		actx, acancel := context.WithTimeout(ctx, attempt)
 		err := req(actx)
@@ -415,7 +431,7 @@ func (l *Log) askAgain(ctx context.Context, attempt time.Duration, req func(cont
 		if err == nil {
 			return nil
 		}
-		if !unanswered(err) || ctx.Err() != nil || l.nc.IsClosed() {
+		if !unanswered(err) || ctx.Err() != nil || nc.IsClosed() {
 			return err
 		}
 		if werr := wait(ctx, restartBackoffMin); werr != nil {
