@@ -105,7 +105,7 @@ func (l *Log) checkPrev(ctx context.Context, expectedLast uint64, prevID string)
 	if expectedLast == 0 {
 		return fmt.Errorf("%w: chained to %s on an empty log", events.ErrFenced, prevID)
 	}
-	m, err := l.stream.GetMsg(ctx, expectedLast)
+	m, err := l.getMsg(ctx, expectedLast)
 	switch {
 	case err == nil && m.Header.Get(jetstream.MsgIDHeader) == prevID:
 		return nil
@@ -389,7 +389,7 @@ func (l *Log) settle(ctx context.Context, m *nats.Msg, seq uint64, id string, ac
 // ErrFenced if seq holds anything else or nothing, and an outcome-unknown
 // error if seq cannot be read.
 func (l *Log) checkStored(ctx context.Context, m *nats.Msg, seq uint64, id string, why error) error {
-	stored, err := l.stream.GetMsg(ctx, seq)
+	stored, err := l.getMsg(ctx, seq)
 	switch {
 	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id && stored.Subject == m.Subject && bytes.Equal(stored.Data, m.Data):
 		return nil // stored by an earlier attempt

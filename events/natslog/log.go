@@ -841,7 +841,7 @@ func sequences(msg jetstream.Msg) (consumer, stream uint64, err error) {
 func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
-	m, err := l.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(l.subjectAll()))
+	m, err := l.getMsg(ctx, next, jetstream.WithGetMsgSubject(l.subjectAll()))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return true, nil
@@ -849,6 +849,17 @@ func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 		return false, &restartError{fmt.Errorf("look up seq %d: %w", next, err), true, false}
 	}
 	return m.Sequence > until, nil
+}
+
+// getMsg reads the message at seq (a read: safe to ask again), asking
+// again while it is not answered, until reqCtx's deadline.
+func (l *Log) getMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+		m, err = l.stream.GetMsg(ctx, seq, opts...)
+		return err
+	})
+	return m, err
 }
 
 // deleteConsumer removes a reader's consumer; if that fails, the server
