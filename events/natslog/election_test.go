@@ -39,7 +39,7 @@ const startBudget = 30 * time.Second
 // and the cluster is whole before the next round.
 func TestOpenDuringElection(t *testing.T) {
 	t.Parallel()
-	srvs, cfgs := start3Restartable(t)
+	srvs, cfgs := start3Restartable(t, natslog.ServerConfig{})
 	rounds := electionRounds
 	if testing.Short() {
 		rounds = 3
@@ -152,9 +152,9 @@ type cluster3 struct {
 	srvs []*natslog.Server // nil while down
 }
 
-// start3Restartable starts three nodes on fixed ports and waits for their
-// meta leader; it returns the nodes' configurations too.
-func start3Restartable(t *testing.T) (*cluster3, []natslog.ServerConfig) {
+// start3Restartable starts three nodes configured like base on fixed ports
+// and waits for their meta leader; it returns the nodes' configurations too.
+func start3Restartable(t testing.TB, base natslog.ServerConfig) (*cluster3, []natslog.ServerConfig) {
 	t.Helper()
 	c := &cluster3{}
 	var routes []string
@@ -171,10 +171,10 @@ func start3Restartable(t *testing.T) (*cluster3, []natslog.ServerConfig) {
 		routes = append(routes, natslog.RouteURL(ports[i][1]))
 	}
 	for i := range ports {
-		c.cfgs = append(c.cfgs, natslog.ServerConfig{
-			DataDir: t.TempDir(), Name: fmt.Sprintf("n%d", i+1), Port: ports[i][0],
-			ClusterName: "test", ClusterPort: ports[i][1], Routes: routes, ReadyTimeout: 20 * time.Second,
-		})
+		cfg := base
+		cfg.DataDir, cfg.Name, cfg.Port = t.TempDir(), fmt.Sprintf("n%d", i+1), ports[i][0]
+		cfg.ClusterName, cfg.ClusterPort, cfg.Routes, cfg.ReadyTimeout = "test", ports[i][1], routes, 20*time.Second
+		c.cfgs = append(c.cfgs, cfg)
 		c.srvs = append(c.srvs, nil)
 	}
 	for i := range c.cfgs {
@@ -185,7 +185,7 @@ func start3Restartable(t *testing.T) (*cluster3, []natslog.ServerConfig) {
 }
 
 // start starts node i (again).
-func (c *cluster3) start(t *testing.T, i int) {
+func (c *cluster3) start(t testing.TB, i int) {
 	t.Helper()
 	s, err := natslog.StartServer(c.cfgs[i])
 	if err != nil {
@@ -209,7 +209,7 @@ func (c *cluster3) stop(i int) {
 }
 
 // waitWhole waits until every node knows the meta leader and answers.
-func (c *cluster3) waitWhole(t *testing.T) {
+func (c *cluster3) waitWhole(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -224,7 +224,7 @@ func (c *cluster3) waitWhole(t *testing.T) {
 }
 
 // metaLeader is the index of the JetStream meta leader.
-func (c *cluster3) metaLeader(t *testing.T) int {
+func (c *cluster3) metaLeader(t testing.TB) int {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

@@ -24,10 +24,6 @@ type env struct {
 	conns []*nats.Conn
 }
 
-// startEnv starts the run's server with the default sync policy (sync
-// always, as termlog's own servers).
-func startEnv(dir string) (*env, error) { return startEnvSync(dir, natslog.SyncAlways) }
-
 // startEnvSync starts a server on dir syncing as p says.
 func startEnvSync(dir string, p natslog.SyncPolicy) (*env, error) {
 	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0, Sync: p})
