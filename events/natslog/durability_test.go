@@ -201,16 +201,16 @@ func TestOpenProtectsOldStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := info.Config; c.DenyDelete || c.DenyPurge || c.AllowAtomicPublish || c.MaxMsgSize > 0 {
+	if c := info.Config; c.DenyDelete || c.DenyPurge || c.AllowAtomicPublish || c.MaxMsgSize > 0 || c.Discard != jetstream.DiscardOld {
 		t.Fatalf("a reader's Open updated the stream: %+v", c)
 	}
 	open(t, nc, natslog.Config{Cluster: "old"})
 	if info, err = st.Info(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if c := info.Config; !c.DenyDelete || !c.DenyPurge || !c.AllowAtomicPublish || c.MaxMsgSize != natslog.StreamMaxMsgSize || info.State.Msgs != 1 {
-		t.Fatalf("after the creating side's Open: deny delete %v, deny purge %v, atomic %v, max msg size %d, %d msgs",
-			c.DenyDelete, c.DenyPurge, c.AllowAtomicPublish, c.MaxMsgSize, info.State.Msgs)
+	if c := info.Config; !c.DenyDelete || !c.DenyPurge || !c.AllowAtomicPublish || c.MaxMsgSize != natslog.StreamMaxMsgSize || c.Discard != jetstream.DiscardNew || info.State.Msgs != 1 {
+		t.Fatalf("after the creating side's Open: deny delete %v, deny purge %v, atomic %v, max msg size %d, discard %v, %d msgs",
+			c.DenyDelete, c.DenyPurge, c.AllowAtomicPublish, c.MaxMsgSize, c.Discard, info.State.Msgs)
 	}
 	if err := st.Purge(ctxT(t)); err == nil {
 		t.Fatal("the protected stream was purged")

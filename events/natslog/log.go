@@ -298,6 +298,7 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 		if got.MaxMsgSize <= 0 {
 			got.MaxMsgSize = want.MaxMsgSize
 		}
+		got.Discard = jetstream.DiscardNew
 		if st, err = l.js.UpdateStream(ctx, got); err != nil {
 			return nil, l.upgradeError(got.Name, missing, err)
 		}
@@ -321,6 +322,9 @@ func upgrades(got jetstream.StreamConfig) []string {
 	if got.MaxMsgSize <= 0 {
 		out = append(out, fmt.Sprintf("max msg size %d", StreamMaxMsgSize))
 	}
+	if got.Discard != jetstream.DiscardNew {
+		out = append(out, "discard new")
+	}
 	return out
 }
 
@@ -336,7 +340,7 @@ func (l *Log) upgradeError(name string, missing []string, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), "STREAM.UPDATE."+name):
-		return &configError{msg: fmt.Sprintf("%s, and this connection may not update it (%v): update it once with the admin key, setting deny_delete, deny_purge, allow_atomic and max_msg_size %d (nats stream edit %s)",
+		return &configError{msg: fmt.Sprintf("%s, and this connection may not update it (%v): update it once with the admin key, setting deny_delete, deny_purge, allow_atomic, discard new and max_msg_size %d (nats stream edit %s)",
 			what, last, StreamMaxMsgSize, name)}
 	case errors.As(err, &apiErr):
 		return &configError{msg: fmt.Sprintf("%s, and the server refused the update: %v", what, err), err: err}
