@@ -30,8 +30,9 @@ const startBudget = 30 * time.Second
 // TestOpenDuringElection starts a fresh cluster's roles on a 3-node
 // JetStream cluster while a node is shut down, electionRounds times:
 // every round a new termlog cluster (a fresh stream and fresh buckets,
-// their Raft groups created during the round), three metas and three stores
-// opening what they open at startup, and the JetStream meta leader (or,
+// their Raft groups created during the round), three metas, three stores
+// and an observer opening what they open at startup (the metas the health
+// bucket too), and the JetStream meta leader (or,
 // every other round, another node) shut down a random moment after they
 // start. Clustered JetStream may leave a request unanswered while it
 // elects a leader; every open must bound its attempts and ask again, so
@@ -64,7 +65,7 @@ func TestOpenDuringElection(t *testing.T) {
 		t.Logf("round %d: cluster %s, node %s shut down %s after the roles start", round, cluster, cfgs[victim].Name, delay)
 
 		var wg sync.WaitGroup
-		errs := make(chan error, 6)
+		errs := make(chan error, 7)
 		start := time.Now()
 		role := func(name string, open func(ctx context.Context, nc *nats.Conn) error) {
 			wg.Add(1)
@@ -111,7 +112,10 @@ func TestOpenDuringElection(t *testing.T) {
 						return err
 					}
 				}
-				_, err = natslog.OpenSnapshots(ctx, l)
+				if _, err = natslog.OpenSnapshots(ctx, l); err != nil {
+					return err
+				}
+				_, err = meta.OpenHealthKV(ctx, js, cluster, 3)
 				return err
 			})
 		}
@@ -129,6 +133,39 @@ func TestOpenDuringElection(t *testing.T) {
 				return err
 			})
 		}
+		// An observer (status): it binds what exists and reads the lease
+		// and the health record if they are there yet.
+		role("observer", func(ctx context.Context, nc *nats.Conn) error {
+			l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster, Replicas: 3, Bind: true})
+			if err != nil {
+				return err
+			}
+			if _, err := natslog.BindSnapshots(ctx, l); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+				return err
+			}
+			if _, err := l.Tail(ctx); err != nil {
+				return err
+			}
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			err = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
+				kv, err := js.KeyValue(ctx, meta.LeaseBucket(cluster))
+				if err != nil {
+					return err
+				}
+				_, err = kv.Get(ctx, meta.LeaseKey)
+				return err
+			})
+			if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("read lease: %w", err)
+			}
+			if _, err := meta.BindHealthKV(ctx, js, cluster); err != nil && !errors.Is(err, meta.ErrNoHealth) {
+				return err
+			}
+			return nil
+		})
 		time.Sleep(delay) // the moment of the fault, not a synchronisation
 		srvs.stop(victim)
 		wg.Wait()
