@@ -193,6 +193,9 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	}
 	defer srv.Shutdown()
 	srv.lg = lg
+	if err := upOpenStream(ctx, srv, g.cluster, o.replicas); err != nil {
+		return err
+	}
 	if o.lease.update {
 		if err := upUpdateLease(ctx, srv, g.cluster, o.lease.ttl, out); err != nil {
 			return err
