@@ -64,9 +64,17 @@ func (e *LeaseTTLError) Error() string {
 	return fmt.Sprintf("lease bucket %s has TTL %s; %s asked", e.Bucket, e.Have, e.Want)
 }
 
+// LeaseOpenAttempt bounds one attempt of OpenKVLease: a clustered
+// JetStream electing a leader may leave a request unanswered, however long
+// one waits, and answers the next one once the election is over.
+const LeaseOpenAttempt = 5 * time.Second
+
 // OpenKVLease creates or binds the lease bucket, retrying until JetStream is
 // ready or ctx is done. An existing bucket whose TTL is not ttl is refused
-// with a *LeaseTTLError; ttl must be > 0.
+// with a *LeaseTTLError; ttl must be > 0. Each attempt is bounded by
+// LeaseOpenAttempt (within ctx), so one unanswered request never uses the
+// whole of ctx; asking again is safe, as a create that landed unanswered
+// makes the next one find the bucket.
 func OpenKVLease(ctx context.Context, js jetstream.JetStream, cluster string, ttl time.Duration, replicas int) (*KVLease, error) {
 	if ttl <= 0 {
 		return nil, fmt.Errorf("lease TTL %s: must be > 0 (a lease without a TTL never expires)", ttl)
@@ -76,27 +84,46 @@ func OpenKVLease(ctx context.Context, js jetstream.JetStream, cluster string, tt
 	}
 	cfg := jetstream.KeyValueConfig{Bucket: LeaseBucket(cluster), TTL: ttl, Storage: jetstream.FileStorage, Replicas: replicas, History: 1}
 	backoff := 50 * time.Millisecond
-	for {
-		kv, err := js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
+	for attempt := 1; ; attempt++ {
+		kv, err := openLeaseBucket(ctx, js, cfg)
+		var te *LeaseTTLError
+		switch {
+		case err == nil:
+			return &KVLease{kv: kv}, nil
+		case errors.As(err, &te):
+			return nil, err
 		}
-		if err == nil {
-			var st jetstream.KeyValueStatus
-			if st, err = kv.Status(ctx); err == nil {
-				if st.TTL() != ttl {
-					return nil, &LeaseTTLError{Bucket: cfg.Bucket, Have: st.TTL(), Want: ttl}
-				}
-				return &KVLease{kv: kv}, nil
-			}
-		}
+		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("open lease bucket %s: %w (last error: %v)", cfg.Bucket, ctx.Err(), err)
-		case <-time.After(backoff):
+			t.Stop()
+			return nil, fmt.Errorf("open lease bucket %s: %w after %d attempts (last error: %w)", cfg.Bucket, ctx.Err(), attempt, err)
+		case <-t.C:
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// openLeaseBucket is one attempt of OpenKVLease: create or bind the bucket
+// and check its TTL.
+func openLeaseBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, LeaseOpenAttempt)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.TTL() != cfg.TTL {
+		return nil, &LeaseTTLError{Bucket: cfg.Bucket, Have: st.TTL(), Want: cfg.TTL}
+	}
+	return kv, nil
 }
 
 // Acquire implements Lease.

@@ -25,11 +25,14 @@ baseline on the same server:
   replay     Log.Read + fold and a Projector catching up vs a raw ordered consumer
   catchup    a new replica's Projector catching up from a snapshot vs from seq 1
   append     fenced appends (in groups as under a burst, and one at a time) vs raw async and sync publish; p50/p99
+  sync       fenced appends and the registration burst on a server with --sync always vs one with --sync interval
   register   N workers registering at once against 3 meta replicas vs a trivial responder
   heartbeat  leader CPU and p99 reply latency with N workers at 1 Hz vs a trivial responder
   failover   leader killed -> term.started -> barrier recovery complete vs a raw lease handover
   memory     bytes per worker in a projection and in a leading replica
 
+Every group but sync runs on a server with --sync interval unless --sync always
+is given; the sync group runs the same appends and burst on one server of each.
 The ratio is the cost relative to the baseline (1.00 = as cheap as raw). Results
 go to stdout (a table, or JSON with --json); progress goes to stderr. Every load
 is bounded in count and time. The defaults take about a minute on 2 cores; the
@@ -70,6 +73,7 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	f.StringVar(&out, "out", "", "write the report to this file instead of stdout")
+	f.Var((*syncValue)(&cfg.Sync), "sync", "sync policy of the server every group but sync runs on: interval (raw baselines not dominated by fsync) or always (what termlog's servers run); the sync group measures both")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers for register, heartbeat, failover and memory (target size: 10000)")
 	f.IntVar(&cfg.Events, "events", cfg.Events, "events for fold, replay and catchup (target size: 1000000)")
 	f.IntVar(&cfg.Appends, "appends", 0, "appends in each append series (default min(--events, 10000))")

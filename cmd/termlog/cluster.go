@@ -95,12 +95,13 @@ type embeddedNATS struct {
 }
 
 // startEmbeddedNATS starts the servers: data/nats for one, data/nats-1..3
-// for three, the first on port (0: a free one), the others on free ports.
+// for three, the first on port (0: a free one), the others on free ports,
+// each syncing its writes as sync says.
 // Routes are picked afresh each start: a node is known to its peers by its
 // name, not its address.
-func startEmbeddedNATS(data string, port, replicas int, sec secured) (*embeddedNATS, error) {
+func startEmbeddedNATS(data string, port, replicas int, sync natslog.SyncPolicy, sec secured) (*embeddedNATS, error) {
 	if replicas <= 1 {
-		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Auth: sec.auth, TLS: sec.tls})
+		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: sync, Auth: sec.auth, TLS: sec.tls})
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +121,7 @@ func startEmbeddedNATS(data string, port, replicas int, sec secured) (*embeddedN
 	for i := range replicas {
 		cfg := natslog.ServerConfig{
 			DataDir: filepath.Join(data, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
-			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS,
+			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Sync: sync, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS,
 		}
 		if i == 0 {
 			cfg.Port = port

@@ -66,6 +66,7 @@ func newNATSCmd(g *globals) *cobra.Command {
 	var port int
 	var co natsClusterOpts
 	var sec serverSecurity
+	var syncPolicy natslog.SyncPolicy
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run an embedded NATS JetStream server on 127.0.0.1, standalone or one node of a cluster (--routes)",
@@ -82,7 +83,7 @@ same keys: create them once with 'termlog auth init --dir DIR' and start every
 node with --auth-dir DIR. --insecure runs an open server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := co.serverConfig(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port})
+			cfg, err := co.serverConfig(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: syncPolicy})
 			if err != nil {
 				return err
 			}
@@ -144,6 +145,7 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 	cmd.Flags().StringVar(&co.clusterName, "cluster-name", "termlog", "NATS cluster name (the same on every node)")
 	cmd.Flags().IntVar(&co.clusterPort, "cluster-port", 0, "route port on 127.0.0.1 the other nodes connect to (with --routes)")
 	sec.register(cmd)
+	syncFlag(cmd.Flags(), &syncPolicy)
 	cmd.Flags().StringVar(&co.routes, "routes", "", "route URLs of the cluster's nodes, comma separated, e.g. nats-route://127.0.0.1:6222,nats-route://127.0.0.1:6223,nats-route://127.0.0.1:6224")
 	return cmd
 }

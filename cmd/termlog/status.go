@@ -93,15 +93,10 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		FromSnapshot: origin.Snapshot,
 	}
 	lease := 3 * time.Second
-	if js, err := jetstream.New(nc); err == nil {
-		if kv, err := js.KeyValue(ctx, meta.LeaseBucket(cluster)); err == nil {
-			if e, err := kv.Get(ctx, meta.LeaseKey); err == nil {
-				s.LeaseHolder = string(e.Value())
-			}
-			if ks, err := kv.Status(ctx); err == nil && ks.TTL() > 0 {
-				lease = ks.TTL()
-			}
-		}
+	holder, ttl := leaseHolder(ctx, nc, cluster)
+	s.LeaseHolder = holder
+	if ttl > 0 {
+		lease = ttl
 	}
 	rec, err := readHealth(ctx, nc, cluster)
 	if err != nil {
@@ -114,6 +109,44 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	s.Health = Health{Record: rec, AgeMS: age.Milliseconds(), Problems: judge(s, rec, age, healthStale(lease))}
 	s.Health.Healthy = len(s.Health.Problems) == 0
 	return s, nil
+}
+
+// leaseRead bounds status's read of the lease holder: the lease bucket
+// elects a leader within a lease or two after a NATS node is lost.
+const leaseRead = 5 * time.Second
+
+// leaseHolder reads who holds the lease ("" when nobody does or the
+// bucket cannot be read within leaseRead) and the bucket's TTL (0 when
+// unknown), asking again while the bucket does not answer.
+func leaseHolder(ctx context.Context, nc *nats.Conn, cluster string) (holder string, ttl time.Duration) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaseRead)
+	defer cancel()
+	var kv jetstream.KeyValue
+	if err := natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, meta.LeaseBucket(cluster))
+		return err
+	}); err != nil {
+		return "", 0
+	}
+	_ = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
+		e, err := kv.Get(ctx, meta.LeaseKey)
+		if err == nil {
+			holder = string(e.Value())
+		}
+		return err
+	})
+	_ = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
+		ks, err := kv.Status(ctx)
+		if err == nil {
+			ttl = ks.TTL()
+		}
+		return err
+	})
+	return holder, ttl
 }
 
 func printStatus(w io.Writer, s Status) {

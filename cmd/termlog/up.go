@@ -51,6 +51,8 @@ type upOpts struct {
 	authDir   string // --auth-dir of up: "" means <data>/auth
 	// inUp: the replica runs in up (which has the admin key).
 	inUp bool
+	// sync is when the embedded NATS server fsyncs (--sync).
+	sync natslog.SyncPolicy
 	// peer is mutual TLS on the control streams (meta) and Raft (logstore);
 	// zero: plaintext.
 	peer tlsFiles
@@ -101,6 +103,7 @@ last two mutual TLS with that CA).`,
 	durationFlag(f, &o.interval, "status-every", time.Second, "status line interval")
 	snapshotFlag(f, &o.snapEvery)
 	metricsFlag(f, &o.metricsAddr)
+	syncFlag(f, &o.sync)
 	o.sec.register(cmd)
 	return cmd
 }
@@ -184,12 +187,15 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if agentTLS != nil {
 		fmt.Fprintln(out, "TLS: control streams and Raft traffic are mutual TLS with", o.peer.ca)
 	}
-	srv, err := startEmbeddedNATS(data, o.port, o.replicas, sec)
+	srv, err := startEmbeddedNATS(data, o.port, o.replicas, o.sync, sec)
 	if err != nil {
 		return fmt.Errorf("start NATS: %w", err)
 	}
 	defer srv.Shutdown()
 	srv.lg = lg
+	if err := upOpenStream(ctx, srv, g.cluster, o.replicas); err != nil {
+		return err
+	}
 	if o.lease.update {
 		if err := upUpdateLease(ctx, srv, g.cluster, o.lease.ttl, out); err != nil {
 			return err

@@ -105,7 +105,7 @@ func (l *Log) checkPrev(ctx context.Context, expectedLast uint64, prevID string)
 	if expectedLast == 0 {
 		return fmt.Errorf("%w: chained to %s on an empty log", events.ErrFenced, prevID)
 	}
-	m, err := l.stream.GetMsg(ctx, expectedLast)
+	m, err := l.getMsg(ctx, expectedLast)
 	switch {
 	case err == nil && m.Header.Get(jetstream.MsgIDHeader) == prevID:
 		return nil
@@ -118,6 +118,10 @@ func (l *Log) checkPrev(ctx context.Context, expectedLast uint64, prevID string)
 	}
 }
 
+// ErrEventTooLarge is the error of an append of an event whose encoding is
+// larger than MaxEventBytes: nothing of that append was sent.
+var ErrEventTooLarge = errors.New("event too large")
+
 // messages encodes evs as messages on their subjects.
 func (l *Log) messages(evs []events.Event) ([]*nats.Msg, error) {
 	msgs := make([]*nats.Msg, len(evs))
@@ -125,6 +129,10 @@ func (l *Log) messages(evs []events.Event) ([]*nats.Msg, error) {
 		body, err := events.Encode(ev)
 		if err != nil {
 			return nil, fmt.Errorf("natslog: append: %w", err)
+		}
+		if len(body) > MaxEventBytes {
+			return nil, fmt.Errorf("natslog: append: %w: %s event %d of %d is %d bytes, the limit is %d; nothing was sent",
+				ErrEventTooLarge, ev.Type(), i+1, len(evs), len(body), MaxEventBytes)
 		}
 		msgs[i] = &nats.Msg{Subject: l.Subject(ev.Type()), Data: body, Header: nats.Header{}}
 	}
@@ -381,7 +389,7 @@ func (l *Log) settle(ctx context.Context, m *nats.Msg, seq uint64, id string, ac
 // ErrFenced if seq holds anything else or nothing, and an outcome-unknown
 // error if seq cannot be read.
 func (l *Log) checkStored(ctx context.Context, m *nats.Msg, seq uint64, id string, why error) error {
-	stored, err := l.stream.GetMsg(ctx, seq)
+	stored, err := l.getMsg(ctx, seq)
 	switch {
 	case err == nil && stored.Header.Get(jetstream.MsgIDHeader) == id && stored.Subject == m.Subject && bytes.Equal(stored.Data, m.Data):
 		return nil // stored by an earlier attempt

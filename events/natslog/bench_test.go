@@ -238,3 +238,52 @@ func BenchmarkReadOrderedConsumer(b *testing.B) {
 	}
 	benchReportRate(b, b.N)
 }
+
+// BenchmarkAppendSync is the cost of syncing before every acknowledgement
+// (natslog.SyncAlways, the default) next to nats-server's interval sync, on
+// one server (R1) and on a 3-node cluster (R3), one event at a time and in
+// appends of 100 (a pipeline on R1, an atomic batch on R3):
+//
+//	go test -run '^$' -bench AppendSync -benchtime 2000x ./events/natslog/
+func BenchmarkAppendSync(b *testing.B) {
+	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
+		for _, replicas := range []int{1, 3} {
+			for _, group := range []int{1, 100} {
+				b.Run(fmt.Sprintf("sync=%s/R%d/group=%d", p, replicas, group), func(b *testing.B) {
+					var nc *nats.Conn
+					var err error
+					if replicas == 1 {
+						srv, serr := natslog.StartServer(natslog.ServerConfig{DataDir: b.TempDir(), Sync: p})
+						if serr != nil {
+							b.Fatal(serr)
+						}
+						b.Cleanup(srv.Shutdown)
+						nc, err = srv.Connect()
+					} else {
+						_, cfgs := start3Restartable(b, natslog.ServerConfig{Sync: p})
+						nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", cfgs[0].Port, cfgs[1].Port, cfgs[2].Port))
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(nc.Close)
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: "bench", Replicas: replicas})
+					if err != nil {
+						b.Fatal(err)
+					}
+					n := b.N * group
+					evs, _ := benchEvents(n)
+					b.ResetTimer()
+					for i := 0; i < n; i += group {
+						if _, err := l.Append(context.Background(), uint64(i), evs[i:i+group]...); err != nil {
+							b.Fatal(err)
+						}
+					}
+					benchReportRate(b, n)
+				})
+			}
+		}
+	}
+}

@@ -161,18 +161,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		return nil, fmt.Errorf("natslog: open: %w", err)
 	}
 	l := &Log{nc: nc, js: js, name: StreamName(cfg.Cluster), cluster: cfg.Cluster, cfg: cfg}
-	want := jetstream.StreamConfig{
-		Name:        l.name,
-		Description: "termlog events of cluster " + cfg.Cluster,
-		Subjects:    []string{l.subjectAll()},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.Duplicates,
-		AllowDirect: false, // a direct get may be served by a stale replica
-		// Appends of several events are atomic batches (see Append).
-		AllowAtomicPublish: true,
-	}
+	want := StreamConfig(cfg)
 	err = l.openRetrying(ctx, "open stream "+l.name, func(ctx context.Context) error {
 		st, err := l.openStream(ctx, want)
 		if err != nil {
@@ -186,6 +175,56 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// The event stream's limits. The stream is the cluster's only memory, so
+// it keeps every event: no limit on the number of messages, bytes or age
+// (the server's JetStream storage, ServerConfig.MaxStore, is the bound;
+// when it is full the server refuses appends, and nothing stored is lost),
+// and it discards new events rather than old ones should a limit ever be
+// set. Only the size of one event is bounded: MaxEventBytes.
+const (
+	// MaxEventBytes is the largest encoded event (JSON body) Append
+	// sends: about a thousand times an ordinary event (a worker.registered
+	// is about 200 bytes), well inside a JSONL export line
+	// (events.MaxLineBytes) and NATS's default max_payload (1 MiB). A
+	// larger event fails before anything is sent.
+	MaxEventBytes = 256 << 10
+	// maxHeaderBytes is the room the stream's message size limit leaves
+	// for an event's headers (Msg-Id, expected last seq and msg id, batch
+	// headers: about 200 bytes).
+	maxHeaderBytes = 4 << 10
+	// StreamMaxMsgSize is the stream's max_msg_size: body and headers.
+	StreamMaxMsgSize = MaxEventBytes + maxHeaderBytes
+)
+
+// StreamConfig is the configuration Open gives the stream it creates:
+// file storage, cfg's replicas and dedupe window, no direct gets (a direct
+// get may be served by a stale replica), atomic batches (see Append),
+// message deletes and purges denied (an append-only log: the server
+// refuses them from every user, admin included, and a stream update can
+// never allow them again), and the limits above.
+func StreamConfig(cfg Config) jetstream.StreamConfig {
+	cfg = cfg.withDefaults()
+	return jetstream.StreamConfig{
+		Name:               StreamName(cfg.Cluster),
+		Description:        "termlog events of cluster " + cfg.Cluster,
+		Subjects:           []string{cfg.Cluster + ".ev.>"},
+		Retention:          jetstream.LimitsPolicy,
+		Storage:            jetstream.FileStorage,
+		Replicas:           cfg.Replicas,
+		Duplicates:         cfg.Duplicates,
+		AllowDirect:        false,
+		AllowAtomicPublish: true,
+		DenyDelete:         true,
+		DenyPurge:          true,
+		Discard:            jetstream.DiscardNew,
+		MaxMsgs:            -1,
+		MaxBytes:           -1,
+		MaxAge:             0, // forever
+		MaxMsgsPerSubject:  -1,
+		MaxMsgSize:         StreamMaxMsgSize,
+	}
 }
 
 // openRetrying runs try until it succeeds, with backoff, while JetStream is
@@ -216,9 +255,14 @@ func (l *Log) openRetrying(ctx context.Context, what string, try func(context.Co
 }
 
 func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+	ctx, cancel := l.attemptCtx(ctx)
 	defer cancel()
-	st, err := l.js.Stream(ctx, want.Name)
+	// The info request is bounded as state's are (see requestAttempt):
+	// a stream electing a leader leaves it unanswered, and a reader that
+	// only binds should not wait a whole attempt for that.
+	ictx, icancel := context.WithTimeout(ctx, requestAttempt)
+	st, err := l.js.Stream(ictx, want.Name)
+	icancel()
 	if errors.Is(err, jetstream.ErrStreamNotFound) && l.cfg.Bind {
 		return nil, fmt.Errorf("%w (waiting for a meta replica to create it)", err)
 	}
@@ -245,16 +289,63 @@ func (l *Log) openStream(ctx context.Context, want jetstream.StreamConfig) (jets
 		return nil, &configError{msg: fmt.Sprintf("existing stream %s has %d replicas, %d asked: raise its replicas (nats stream edit %s --replicas %d) or ask for %d",
 			got.Name, got.Replicas, want.Replicas, got.Name, want.Replicas, got.Replicas)}
 	}
-	if !got.AllowAtomicPublish && !l.cfg.Bind {
-		// A stream made before appends were batched: allow batches. This
-		// changes nothing stored; an older server refuses it (error). A
-		// reader (Bind) never appends and may not update streams.
+	if missing := upgrades(got); len(missing) > 0 && !l.cfg.Bind {
+		// A stream made by an older termlog: give it what this one needs.
+		// This changes nothing stored. A reader (Bind) never appends and
+		// may not update streams: it uses the stream as it is.
 		got.AllowAtomicPublish = true
+		got.DenyDelete, got.DenyPurge = true, true
+		if got.MaxMsgSize <= 0 {
+			got.MaxMsgSize = want.MaxMsgSize
+		}
+		got.Discard = jetstream.DiscardNew
 		if st, err = l.js.UpdateStream(ctx, got); err != nil {
-			return nil, fmt.Errorf("allow atomic batches on existing stream %s: %w", want.Name, err)
+			return nil, l.upgradeError(got.Name, missing, err)
 		}
 	}
 	return st, nil
+}
+
+// upgrades lists what an existing stream lacks of StreamConfig that Open
+// sets on it (the rest checkConfig requires).
+func upgrades(got jetstream.StreamConfig) []string {
+	var out []string
+	if !got.AllowAtomicPublish {
+		out = append(out, "atomic batches")
+	}
+	if !got.DenyDelete {
+		out = append(out, "deny delete")
+	}
+	if !got.DenyPurge {
+		out = append(out, "deny purge")
+	}
+	if got.MaxMsgSize <= 0 {
+		out = append(out, fmt.Sprintf("max msg size %d", StreamMaxMsgSize))
+	}
+	if got.Discard != jetstream.DiscardNew {
+		out = append(out, "discard new")
+	}
+	return out
+}
+
+// upgradeError is the error of an update of the existing stream name that
+// failed with err. The meta role may create the stream but not update it
+// (an update could set limits that drop events): its request is refused as
+// a permissions violation, which the client sees only as no answer.
+// Retrying mends neither that nor a server refusing the new settings. (The
+// refusal's error is not wrapped: it is the request's timeout.)
+func (l *Log) upgradeError(name string, missing []string, err error) error {
+	what := fmt.Sprintf("existing stream %s lacks %s (made by an older termlog)", name, strings.Join(missing, ", "))
+	last := l.nc.LastError()
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), "STREAM.UPDATE."+name):
+		return &configError{msg: fmt.Sprintf("%s, and this connection may not update it (%v): update it once with the admin key, setting deny_delete, deny_purge, allow_atomic, discard new and max_msg_size %d (nats stream edit %s)",
+			what, last, StreamMaxMsgSize, name)}
+	case errors.As(err, &apiErr):
+		return &configError{msg: fmt.Sprintf("%s, and the server refused the update: %v", what, err), err: err}
+	}
+	return fmt.Errorf("%s: update: %w", what, err)
 }
 
 // checkConfig refuses a stream that could lose events, miss ours or serve
@@ -274,6 +365,12 @@ func checkConfig(got, want jetstream.StreamConfig) error {
 	if got.MaxMsgs > 0 || got.MaxBytes > 0 || got.MaxAge > 0 || got.MaxMsgsPerSubject > 0 {
 		bad = append(bad, fmt.Sprintf("limits drop events (max msgs %d, bytes %d, age %s, per subject %d)",
 			got.MaxMsgs, got.MaxBytes, got.MaxAge, got.MaxMsgsPerSubject))
+	}
+	if got.MaxMsgSize > 0 && got.MaxMsgSize < want.MaxMsgSize {
+		bad = append(bad, fmt.Sprintf("max msg size %d refuses events up to %d bytes", got.MaxMsgSize, want.MaxMsgSize))
+	}
+	if got.PersistMode == jetstream.AsyncPersistMode {
+		bad = append(bad, "async persist mode (acknowledged events may not be written yet)")
 	}
 	if got.AllowDirect {
 		bad = append(bad, "allow_direct (reads may be stale)")
@@ -320,6 +417,17 @@ const requestAttempt = time.Second
 func (l *Log) askAgain(ctx context.Context, attempt time.Duration, req func(context.Context) error) error {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
+	return AskAgain(ctx, l.nc, attempt, req)
+}
+
+// AskAgain makes the NATS request (or requests) req, each attempt bounded
+// by attempt, asking again while it goes unanswered (nobody answered in
+// time, no responders, or a cluster saying it is electing a leader) until
+// ctx is done or nc is closed; it returns req's last error. Clustered
+// JetStream may leave a request unanswered while it elects a leader and
+// answers the next one once it has: use it for every request that is
+// safe to repeat, with ctx bounding the whole.
+func AskAgain(ctx context.Context, nc *nats.Conn, attempt time.Duration, req func(context.Context) error) error {
 	for {
 		actx, acancel := context.WithTimeout(ctx, attempt)
 		err := req(actx)
@@ -327,14 +435,47 @@ func (l *Log) askAgain(ctx context.Context, attempt time.Duration, req func(cont
 		if err == nil {
 			return nil
 		}
-		unanswered := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
-		if !unanswered || ctx.Err() != nil || l.nc.IsClosed() {
+		if !unanswered(err) || ctx.Err() != nil || nc.IsClosed() {
 			return err
 		}
 		if werr := wait(ctx, restartBackoffMin); werr != nil {
 			return err
 		}
 	}
+}
+
+// Transient JetStream API errors of a cluster electing a leader
+// (JSClusterNotAvailErr, JSClusterNotLeaderErr, JSClusterIncompleteErr):
+// asked again a little later, the request succeeds.
+const (
+	codeClusterNotAvailable jetstream.ErrorCode = 10008
+	codeClusterNotLeader    jetstream.ErrorCode = 10009
+	codeClusterIncomplete   jetstream.ErrorCode = 10004
+)
+
+// unanswered reports whether a request failed without an answer (nobody
+// answered in time, or nobody listened) or with a transient answer of a
+// cluster electing a leader: asking again may succeed.
+func unanswered(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case codeClusterNotAvailable, codeClusterNotLeader, codeClusterIncomplete:
+			return true
+		}
+	}
+	return false
+}
+
+// attemptCtx bounds one attempt of a multi-request operation that is
+// retried as a whole (opening the stream or a bucket) by
+// Config.RequestTimeout, within ctx.
+func (l *Log) attemptCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.cfg.RequestTimeout)
 }
 
 func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
@@ -704,7 +845,7 @@ func sequences(msg jetstream.Msg) (consumer, stream uint64, err error) {
 func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
-	m, err := l.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(l.subjectAll()))
+	m, err := l.getMsg(ctx, next, jetstream.WithGetMsgSubject(l.subjectAll()))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return true, nil
@@ -712,6 +853,17 @@ func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 		return false, &restartError{fmt.Errorf("look up seq %d: %w", next, err), true, false}
 	}
 	return m.Sequence > until, nil
+}
+
+// getMsg reads the message at seq (a read: safe to ask again), asking
+// again while it is not answered, until reqCtx's deadline.
+func (l *Log) getMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+		m, err = l.stream.GetMsg(ctx, seq, opts...)
+		return err
+	})
+	return m, err
 }
 
 // deleteConsumer removes a reader's consumer; if that fails, the server

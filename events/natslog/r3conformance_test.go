@@ -24,7 +24,8 @@ func TestConformanceR3(t *testing.T) {
 	}
 	logtest.Run(t, func(t *testing.T) events.Log { return newLog(t) })
 	logtest.RunCompaction(t, func(t *testing.T) (events.Log, logtest.Compact) {
-		l := newLog(t)
+		// The stream Open makes denies purges: compact one made without.
+		l := openPurgeable(t, nc, natslog.Config{Cluster: fmt.Sprintf("r3-%d", n.Add(1)), Replicas: 3})
 		return l, purger(t, nc, l)
 	})
 }

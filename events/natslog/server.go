@@ -54,6 +54,9 @@ type ServerConfig struct {
 	// MaxStore and MaxMemory bound JetStream storage in bytes; 0 lets the
 	// server pick its defaults.
 	MaxStore, MaxMemory int64
+	// Sync says when the file store syncs to disk. The zero value,
+	// SyncAlways, syncs every write before the server acknowledges it.
+	Sync SyncPolicy
 	// LogWriter receives the server's log, one line per entry; nil
 	// discards it. Debug and Trace make it verbose.
 	LogWriter    io.Writer
@@ -83,6 +86,51 @@ type ServerConfig struct {
 	// Required with ClusterName (JetStream needs configured routes). Only
 	// 127.0.0.1 is allowed.
 	Routes []string
+}
+
+// SyncPolicy is when a server's JetStream file store syncs its writes to
+// disk (fsync): the difference between an acknowledged event surviving a
+// power loss or an OS crash and not.
+type SyncPolicy int
+
+const (
+	// SyncAlways syncs every write (stream messages and, on a cluster node,
+	// the Raft log) before the write is acknowledged: an acknowledged event
+	// survives a power loss or an OS crash. It costs an fsync per write
+	// (batched by the server under load). The default.
+	SyncAlways SyncPolicy = iota
+	// SyncInterval is nats-server's own default: writes go to the page
+	// cache and are synced every DefaultSyncInterval (2 minutes). A process
+	// crash loses nothing, but a power loss or an OS crash loses what was
+	// acknowledged since the last sync: on a 3-node cluster, every node
+	// losing power at once loses it from all three (Jepsen, NATS 2.12.1).
+	SyncInterval
+)
+
+// DefaultSyncInterval is how often SyncInterval syncs (nats-server's
+// default sync_interval).
+const DefaultSyncInterval = 2 * time.Minute
+
+// String is the policy's name, as ParseSyncPolicy reads it.
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncInterval:
+		return "interval"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// ParseSyncPolicy reads "always" or "interval".
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	switch s {
+	case "always":
+		return SyncAlways, nil
+	case "interval":
+		return SyncInterval, nil
+	}
+	return 0, fmt.Errorf("sync %q: want always (fsync before every acknowledgement) or interval (fsync every %s: a power loss loses acknowledged events)", s, DefaultSyncInterval)
 }
 
 // clustered reports whether cfg asks for a cluster node.
@@ -183,6 +231,9 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natslog: start server: %w", err)
 	}
+	if cfg.Sync != SyncAlways && cfg.Sync != SyncInterval {
+		return nil, fmt.Errorf("natslog: start server: unknown sync policy %d", int(cfg.Sync))
+	}
 	opts := &server.Options{
 		ServerName:         cfg.Name,
 		Host:               cfg.Host,
@@ -197,6 +248,8 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		StoreDir:           cfg.DataDir,
 		JetStreamMaxStore:  cfg.MaxStore,
 		JetStreamMaxMemory: cfg.MaxMemory,
+		SyncAlways:         cfg.Sync == SyncAlways,
+		SyncInterval:       DefaultSyncInterval,
 	}
 	if cfg.clustered() {
 		cport := cfg.ClusterPort
@@ -403,6 +456,9 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// Sync is the server's sync policy.
+func (s *Server) Sync() SyncPolicy { return s.cfg.Sync }
 
 // NATS is the underlying server, for tests that need more than this wrapper.
 func (s *Server) NATS() *server.Server { return s.ns }

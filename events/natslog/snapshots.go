@@ -70,8 +70,12 @@ func openSnapshots(ctx context.Context, l *Log, create bool) (*Snapshots, error)
 		Replicas:    l.cfg.Replicas,
 	}
 	var obs jetstream.ObjectStore
+	// Each attempt is bounded (a request left unanswered during a
+	// JetStream election must not use the whole budget); openRetrying asks
+	// again until ctx's deadline. Asking again is safe: a create that
+	// landed unanswered makes the next attempt find the bucket.
 	err := l.openRetrying(ctx, "open snapshot bucket "+cfg.Bucket, func(ctx context.Context) (err error) {
-		ctx, cancel := l.reqCtx(ctx)
+		ctx, cancel := l.attemptCtx(ctx)
 		defer cancel()
 		obs, err = l.js.ObjectStore(ctx, cfg.Bucket)
 		if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
@@ -136,6 +140,12 @@ func (s *Snapshots) Put(ctx context.Context, si events.SnapshotInfo, data []byte
 	}
 	return si, nil
 }
+
+// listAttempt bounds one attempt of a snapshot list or delete (a few
+// requests each: a consumer and its messages, or a purge and a publish);
+// Get's attempts are bounded by Config.RequestTimeout (a snapshot of
+// 10,000 workers is 14 chunks).
+const listAttempt = 2 * time.Second
 
 // Object store layout (the one jetstream.ObjectStore reads: ADR-20).
 const (
@@ -214,9 +224,11 @@ func (s *Snapshots) putObject(ctx context.Context, meta jetstream.ObjectMeta, da
 // parse (or names another seq than its name) is listed with seq 0 and
 // Unreadable saying why, so it is never loaded and is the first pruned.
 func (s *Snapshots) List(ctx context.Context) ([]events.SnapshotInfo, error) {
-	ctx, cancel := s.log.reqCtx(ctx)
-	defer cancel()
-	objs, err := s.obs.List(ctx)
+	var objs []*jetstream.ObjectInfo
+	err := s.log.askAgain(ctx, listAttempt, func(ctx context.Context) (err error) {
+		objs, err = s.obs.List(ctx)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
 	}
@@ -270,9 +282,11 @@ func parseInfo(o *jetstream.ObjectInfo) events.SnapshotInfo {
 // Get implements events.SnapshotStore; the object store checks the bytes
 // against their SHA-256 digest.
 func (s *Snapshots) Get(ctx context.Context, name string) ([]byte, error) {
-	ctx, cancel := s.log.reqCtx(ctx)
-	defer cancel()
-	b, err := s.obs.GetBytes(ctx, name)
+	var b []byte
+	err := s.log.askAgain(ctx, s.log.cfg.RequestTimeout, func(ctx context.Context) (err error) {
+		b, err = s.obs.GetBytes(ctx, name)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("natslog: get snapshot %s: %w", name, err)
 	}
@@ -281,9 +295,10 @@ func (s *Snapshots) Get(ctx context.Context, name string) ([]byte, error) {
 
 // Delete implements events.SnapshotStore.
 func (s *Snapshots) Delete(ctx context.Context, name string) error {
-	ctx, cancel := s.log.reqCtx(ctx)
-	defer cancel()
-	if err := s.obs.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	err := s.log.askAgain(ctx, listAttempt, func(ctx context.Context) error {
+		return s.obs.Delete(ctx, name)
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("natslog: delete snapshot %s: %w", name, err)
 	}
 	return nil

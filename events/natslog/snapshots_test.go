@@ -175,7 +175,13 @@ func TestSnapshotsBadBytesPassedOver(t *testing.T) {
 // completed by a tail: it is passed over; one at the new first seq - 1 or
 // later is still good.
 func TestSnapshotsCompactedAway(t *testing.T) {
-	nc, l, store := openSnapshots(t, "snapgc")
+	nc := connect(t, startServer(t, t.TempDir(), true))
+	// The stream Open makes denies purges: compact one made without.
+	l := openPurgeable(t, nc, natslog.Config{Cluster: "snapgc"})
+	store, err := natslog.OpenSnapshots(ctxT(t), l)
+	if err != nil {
+		t.Fatal(err)
+	}
 	appendN(t, l, 20)
 	putText(t, store, 5)
 	putText(t, store, 12)

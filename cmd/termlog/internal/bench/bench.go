@@ -1,7 +1,8 @@
 // Package bench measures termlog's hot paths next to raw baselines on one
 // embedded NATS JetStream server, in one process and one run: fold rate,
-// replay rate from the stream, fenced appends, a registration burst,
-// heartbeat load, failover and memory per worker.
+// replay rate from the stream, fenced appends, the cost of syncing before
+// every acknowledgement, a registration burst, heartbeat load, failover and
+// memory per worker.
 //
 // Every figure carries its baseline (the same work done the plainest way on
 // the same server and the same bytes) and a ratio, the cost of termlog
@@ -24,6 +25,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/termlog/termlog/events/natslog"
 )
 
 // Figure groups, in run order. --only takes these names (or a figure name,
@@ -33,6 +36,7 @@ const (
 	GroupReplay    = "replay"
 	GroupCatchUp   = "catchup"
 	GroupAppend    = "append"
+	GroupSync      = "sync"
 	GroupRegister  = "register"
 	GroupHeartbeat = "heartbeat"
 	GroupFailover  = "failover"
@@ -41,7 +45,7 @@ const (
 
 // Groups lists every figure group in run order.
 func Groups() []string {
-	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
+	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupSync, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
 }
 
 // Config sizes a run. Zero fields take the defaults (Defaults).
@@ -63,6 +67,15 @@ type Config struct {
 	// the stream (default 5m);
 	// a phase that runs out reports what it reached and marks the figure.
 	PhaseTimeout time.Duration
+	// Sync is the sync policy of the server every group but sync runs on
+	// (its zero value is natslog.SyncAlways; Defaults, what termlog bench
+	// starts from, has natslog.SyncInterval). Their baselines are raw JetStream on
+	// the same server: with natslog.SyncAlways an fsync per message
+	// dominates both sides (and the raw responder of the register baseline
+	// falls behind its workers' retries), so the ratios say less about
+	// termlog's own cost. The sync group measures what SyncAlways, the
+	// default of termlog's servers, costs.
+	Sync natslog.SyncPolicy
 	// Only restricts the run to these groups (empty: all).
 	Only []string
 	// Progress receives one line per step (nil: discarded).
@@ -76,7 +89,8 @@ type Config struct {
 }
 
 // Defaults are the sizes of a run without flags: about a minute on 2 cores.
-var Defaults = Config{Workers: 1000, Events: 100_000, HeartbeatFor: 10 * time.Second, Lease: 3 * time.Second, PhaseTimeout: 5 * time.Minute, BurstTimeout: time.Minute}
+var Defaults = Config{Workers: 1000, Events: 100_000, HeartbeatFor: 10 * time.Second, Lease: 3 * time.Second, PhaseTimeout: 5 * time.Minute, BurstTimeout: time.Minute,
+	Sync: natslog.SyncInterval}
 
 // Target is what the issue asks of a figure.
 type Target struct {
@@ -146,6 +160,7 @@ type Report struct {
 	Appends  int       `json:"appends"`
 	HBFor    float64   `json:"heartbeat_for_s"`
 	Lease    float64   `json:"lease_s"`
+	Sync     string    `json:"sync"` // of the server every group but sync runs on
 	Figures  []Figure  `json:"figures"`
 	Problems []string  `json:"problems,omitempty"` // groups that could not run
 }
@@ -284,11 +299,11 @@ func (r *run) saveProfile(name string, b []byte) {
 // server starts the embedded server on first use.
 func (r *run) server() (*env, error) {
 	if r.env == nil {
-		e, err := startEnv(r.dir)
+		e, err := startEnvSync(r.dir, r.cfg.Sync)
 		if err != nil {
 			return nil, err
 		}
-		r.progress("NATS JetStream at %s", e.srv.ClientURL())
+		r.progress("NATS JetStream at %s (sync %s)", e.srv.ClientURL(), r.cfg.Sync)
 		r.env = e
 	}
 	return r.env, nil
@@ -315,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	start := time.Now()
 	rep := &Report{Version: 1, Started: start.UTC(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH, Go: runtime.Version(), CPUs: runtime.NumCPU(),
-		Workers: cfg.Workers, Events: cfg.Events, Appends: cfg.Appends, HBFor: cfg.HeartbeatFor.Seconds(), Lease: cfg.Lease.Seconds()}
+		Workers: cfg.Workers, Events: cfg.Events, Appends: cfg.Appends, HBFor: cfg.HeartbeatFor.Seconds(), Lease: cfg.Lease.Seconds(), Sync: cfg.Sync.String()}
 	r := &run{cfg: cfg, rep: rep}
 	dir := cfg.Dir
 	if dir == "" {
@@ -349,6 +364,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{GroupReplay, r.replay},
 		{GroupCatchUp, r.catchUp},
 		{GroupAppend, r.appends},
+		{GroupSync, r.syncCost},
 		{GroupRegister + "+", r.cluster}, // register, heartbeat and failover share one cluster
 	}
 	for _, s := range steps {
@@ -382,8 +398,8 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 
 // WriteTable writes the report as a table for people.
 func (rep *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "termlog bench: %d workers, %d events, %d appends, %s/%s %d CPUs, %s, took %.1fs\n",
-		rep.Workers, rep.Events, rep.Appends, rep.GoOS, rep.GoArch, rep.CPUs, rep.Go, rep.Took)
+	fmt.Fprintf(w, "termlog bench: %d workers, %d events, %d appends, %s/%s %d CPUs, %s, took %.1fs; server sync %s (the sync group: always vs interval)\n",
+		rep.Workers, rep.Events, rep.Appends, rep.GoOS, rep.GoArch, rep.CPUs, rep.Go, rep.Took, rep.Sync)
 	fmt.Fprintln(w, "ratio = cost relative to the baseline (1.00 = as cheap as raw, 2.00 = twice the cost)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tvalue\tbaseline\tratio\ttarget\tresult\t")

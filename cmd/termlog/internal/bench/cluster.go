@@ -393,27 +393,38 @@ func stopAll(nodes []*metaNode) {
 // burst registers N fresh workers at once against 3 replicas, bounded by
 // BurstTimeout.
 func (r *run) burst(ctx context.Context, conns []*nats.Conn, base burstResult) error {
+	res, err := r.runBurst(ctx, conns, "register.burst")
+	if err != nil {
+		return err
+	}
+	r.addBurst(res, base, r.cfg.Workers)
+	return nil
+}
+
+// runBurst is one registration burst on the run's server (its CPU profile
+// named profile).
+func (r *run) runBurst(ctx context.Context, conns []*nats.Conn, profile string) (burstResult, error) {
 	n := r.cfg.Workers
 	watch := newLogWatch()
 	nodes, leader, term, err := r.metas(ctx, metaCluster, watch, false)
 	defer stopAll(nodes)
 	if err != nil {
-		return err
+		return burstResult{}, err
 	}
 	r.progress("register: %s leads term %d; %d workers register, activate and heartbeat at once (bound %s)", leader.id, term, n, r.cfg.BurstTimeout)
 	fl, err := newFleet(metaCluster, n, conns)
 	if err != nil {
-		return err
+		return burstResult{}, err
 	}
 	defer fl.stop()
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.BurstTimeout)
 	defer cancel()
 	tail0, err := leader.log.Tail(bctx)
 	if err != nil {
-		return err
+		return burstResult{}, err
 	}
 	var res burstResult
-	r.profile("register.burst", func() {
+	r.profile(profile, func() {
 		t0 := fl.start(ctx)
 		res, err = r.waitBurst(bctx, fl, t0, tail0, func(seq uint64) bool {
 			for _, m := range nodes {
@@ -425,13 +436,12 @@ func (r *run) burst(ctx context.Context, conns []*nats.Conn, base burstResult) e
 		}, func(ctx context.Context) (uint64, error) { return leader.log.Tail(ctx) })
 	})
 	if err != nil {
-		return err
+		return burstResult{}, err
 	}
 	if l, t := leaderOf(nodes); l != leader || t != term {
 		r.progress("register: note: leadership changed during the burst")
 	}
-	r.addBurst(res, base, n)
-	return nil
+	return res, nil
 }
 
 // seed writes what a previous term left: term.started, then n workers

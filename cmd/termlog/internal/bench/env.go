@@ -24,8 +24,9 @@ type env struct {
 	conns []*nats.Conn
 }
 
-func startEnv(dir string) (*env, error) {
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0})
+// startEnvSync starts a server on dir syncing as p says.
+func startEnvSync(dir string, p natslog.SyncPolicy) (*env, error) {
+	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0, Sync: p})
 	if err != nil {
 		return nil, err
 	}

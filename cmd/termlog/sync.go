@@ -1,0 +1,28 @@
+package main
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/termlog/termlog/events/natslog"
+)
+
+// syncValue is --sync of `termlog nats` and `termlog up`: when the embedded
+// NATS server fsyncs JetStream writes. It is checked when the flag is parsed.
+type syncValue natslog.SyncPolicy
+
+func (v *syncValue) String() string { return natslog.SyncPolicy(*v).String() }
+func (v *syncValue) Type() string   { return "always|interval" }
+func (v *syncValue) Set(s string) error {
+	p, err := natslog.ParseSyncPolicy(s)
+	if err != nil {
+		return err
+	}
+	*v = syncValue(p)
+	return nil
+}
+
+// syncFlag registers --sync (default always) on f.
+func syncFlag(f *pflag.FlagSet, p *natslog.SyncPolicy) {
+	*p = natslog.SyncAlways
+	f.Var((*syncValue)(p), "sync", "when the embedded NATS server fsyncs JetStream writes: always (before it acknowledges each one; an acknowledged event survives a power loss) or interval (every 2m, nats-server's default: faster, but a power loss or OS crash loses the events acknowledged since the last sync)")
+}
