@@ -81,7 +81,7 @@ const (
 	// simQuietEvents bounds the events of the settled part of a quiet time
 	// (observed: at most 7, retries of steps a lagging store refused).
 	simQuietEvents = 12
-	simTraceLines     = 400
+	simTraceLines  = 400
 	// simSettle is how long a quiet time settles (a step timeout plus the
 	// backoff cap, and some) before its events are counted.
 	simSettle = 20
@@ -165,15 +165,15 @@ type simGroup struct {
 }
 
 type simProposal struct {
-	op      string // client.ExecAdd or client.ExecRemove
-	replica uint64
-	store   string // add: where
-	belief  map[uint64]bool
+	op       string // client.ExecAdd or client.ExecRemove
+	replica  uint64
+	store    string // add: where
+	belief   map[uint64]bool
 	req      client.ExecRequest
-	term     uint64 // the deciding leader's term
-	planCCID uint64 // the projected config change id it was decided on
-	readCCID uint64 // Raft's, read by the executing store before proposing
-	exec    *simExec // waiting for the outcome; nil once it answered or was lost
+	term     uint64   // the deciding leader's term
+	planCCID uint64   // the projected config change id it was decided on
+	readCCID uint64   // Raft's, read by the executing store before proposing
+	exec     *simExec // waiting for the outcome; nil once it answered or was lost
 }
 
 // Exec stages.
@@ -236,14 +236,14 @@ type simWorld struct {
 	execs  []*simExec
 	nextID int
 
-	strict    int // the known bugs (bug*) to fail on
+	strict int // the known bugs (bug*) to fail on
 	// raftChanges counts Raft leader elections (the environment changing
 	// by itself); quietFrom and quietRaft mark the settled part of a wait.
 	raftChanges, quietFrom, quietRaft int
-	faults    int
-	maxAdding map[uint64]uint64 // highest replica id named by a shard.replica.adding, per shard
-	trace     []string
-	stats     *simStats
+	faults                            int
+	maxAdding                         map[uint64]uint64 // highest replica id named by a shard.replica.adding, per shard
+	trace                             []string
+	stats                             *simStats
 }
 
 func newSimWorld(t *rapid.T, stats *simStats, stores, shards int) *simWorld {
