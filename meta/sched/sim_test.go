@@ -236,7 +236,8 @@ type simWorld struct {
 	execs  []*simExec
 	nextID int
 
-	strict int // the known bugs (bug*) to fail on
+	strict int  // the known bugs (bug*) to fail on
+	quiet  bool // a quiet time or the heal: no fault at all
 	// raftChanges counts Raft leader elections (the environment changing
 	// by itself); quietFrom and quietRaft mark the settled part of a wait.
 	raftChanges, quietFrom, quietRaft int
@@ -550,12 +551,14 @@ func (w *simWorld) arrive(e *simExec) {
 	v, why := client.CheckExec(st.proj, req)
 	if v == client.ExecWait {
 		// logstore.Store.fence waits (3s) for its projection to fold the
-		// intent; mostly it does.
-		if w.rng.IntN(5) != 0 {
+		// intent; mostly it does. A projection more than 3s behind is a
+		// fault (counted as one), never in a quiet time or the heal.
+		if w.quiet || w.rng.IntN(5) != 0 {
 			w.foldTo(st, len(w.log))
 			v, why = client.CheckExec(st.proj, req)
 		}
 		if v == client.ExecWait {
+			w.faults++
 			w.stats.refused++
 			w.replyAt(e, client.OutcomeRefused, why+" (waited)", minTime(w.now.Add(3*time.Second), e.storeEnd), nil)
 			return
@@ -1135,6 +1138,7 @@ func (w *simWorld) converged() (bool, string) {
 // heal brings every store up with NATS and runs until R/R.
 func (w *simWorld) heal() {
 	w.tracef("HEAL: every store up with NATS")
+	w.quiet = true
 	for _, st := range w.stores {
 		if !st.up {
 			w.restart(st)
@@ -1270,12 +1274,14 @@ func simRun(t *rapid.T, stats *simStats, strict int) {
 			w.newLeader()
 		case fWait:
 			n := simDraw(t, "quiet", 10, 60)
+			w.quiet = true
 			for i := range n {
 				if i == simSettle {
 					w.quietFrom, w.quietRaft = len(w.log), w.raftChanges
 				}
 				w.tick()
 			}
+			w.quiet = false
 			if n > simSettle {
 				late := len(w.log) - w.quietFrom - 2*(w.raftChanges-w.quietRaft)
 				stats.maxQuiet = max(stats.maxQuiet, late)
