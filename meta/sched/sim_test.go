@@ -72,7 +72,7 @@ import (
 const (
 	simTick = time.Second
 	// simHealTicks bounds the return to R/R once every fault healed.
-	simHealTicks = 300
+	simHealTicks = 120
 	// Events appended by everything (decisions, registrations, terms) are
 	// at most simEventsBase + simEventsPerFault per fault or Raft election
 	// (observed at most ~5 per change over a base of 20).
@@ -118,14 +118,16 @@ type simStore struct {
 
 func (st *simStore) incarnation() string { return fmt.Sprintf("%s-%d", st.id, st.inc) }
 
-// replicaOf returns the replica of shard the store runs, or 0.
+// replicaOf returns the replica of shard the store runs (the lowest id,
+// should there be two), or 0.
 func (st *simStore) replicaOf(shard uint64) uint64 {
+	var out uint64
 	for ref := range st.running {
-		if ref.Shard == shard {
-			return ref.Replica
+		if ref.Shard == shard && (out == 0 || ref.Replica < out) {
+			out = ref.Replica
 		}
 	}
-	return 0
+	return out
 }
 
 func (st *simStore) local() logstore.Local {
@@ -710,16 +712,22 @@ func (w *simWorld) raftStep() {
 		}
 		switch {
 		case g.leader == 0 && nRun >= q:
+			// A change left pending when the quorum went is either in the
+			// new leader's log, and then committed with the new leader's
+			// first entry (before any read it serves), or lost.
 			w.elect(g, 0)
-			if g.pending != nil && w.rng.IntN(2) == 0 {
-				w.tracef("raft %d: the new leader does not have the pending %s %d: lost", g.id, g.pending.op, g.pending.replica)
-				g.pending = nil
+			if g.pending != nil {
+				if w.rng.IntN(2) == 0 {
+					w.tracef("raft %d: the new leader does not have the pending %s %d: lost", g.id, g.pending.op, g.pending.replica)
+					g.pending = nil
+				} else {
+					w.commit(g)
+				}
 			}
+		case g.leader != 0 && g.pending != nil:
+			w.commit(g)
 		case g.leader != 0 && nRun > 1 && w.rng.IntN(40) == 0:
 			w.elect(g, g.leader)
-		}
-		if g.pending != nil && g.leader != 0 && w.rng.IntN(5) != 0 {
-			w.commit(g)
 		}
 		w.spread(g)
 	}
@@ -823,8 +831,8 @@ func (w *simWorld) commit(g *simGroup) {
 // spread updates what the running members know: the membership, and the
 // leader while there is one; each may lag a tick or more.
 func (w *simWorld) spread(g *simGroup) {
-	for r, store := range g.members {
-		st := w.byID[store]
+	for _, r := range slices.Sorted(maps.Keys(g.members)) { // sorted: the noise is drawn in order
+		st := w.byID[g.members[r]]
 		ref := projections.ReplicaRef{Shard: g.id, Replica: r}
 		if !st.up || !st.running[ref] {
 			continue
@@ -1344,4 +1352,55 @@ func simCheck(t *testing.T, strict int) {
 		t.Logf("known bugs (each ends its schedule): %d starts of a replica an orphan commit removed (bugOrphan), %d quorum losses by a change proposed on a membership it was not decided on (bugStaleBase), %d shards left with surplus members (bugSurplus), %d starts of a removed replica from a prefix after a NATS outage (bugPrefix)",
 			stats.known[bits(bugOrphan)], stats.known[bits(bugStaleBase)], stats.known[bits(bugSurplus)], stats.known[bits(bugPrefix)])
 	}
+}
+
+// The known bugs, strict. Each test fails on its bug (the others still end
+// a schedule quietly); rapid replays the minimal failing schedule kept in
+// testdata/rapid/<test>/ first, then explores. Unskip a test once its bug
+// is fixed: it must pass.
+
+// TestSimulationOrphanCommit: bugOrphan. An operator is failed after a
+// membership read shows its change not applied, but the change can still
+// be proposed and commit: a deposed leader's exec reaches a store whose
+// projection has not folded the new term.started yet (CheckExec waits only
+// for the intent's seq, not for the stream's tail), or an exec is
+// delivered after its step ended. Raft then applies a removal the log has
+// no intent for, and until a report brings shard.observed a store that
+// restarts (or bootstraps) starts the replica Raft removed.
+func TestSimulationOrphanCommit(t *testing.T) {
+	t.Skip("known bug (bugOrphan): an operator is failed while its change can still commit; a store then starts the replica Raft removed")
+	simCheck(t, bugOrphan)
+}
+
+// TestSimulationStaleBase: bugStaleBase. The executing store proposes a
+// change with the config change id it reads from Raft right before
+// (logstore.Host.execute), not the one its intent was decided on
+// (ShardReplicaAdding/Removing.CCID): after an orphan commit the shard's
+// real membership is not the projected one, and a change the quorum rule
+// allowed on the projection leaves Raft without a quorum of running
+// replicas (e.g. {1,3} + orphan add 4 on a crashed store + add 5 =
+// {1,3,4,5} with 2 running).
+func TestSimulationStaleBase(t *testing.T) {
+	t.Skip("known bug (bugStaleBase): a change is proposed on Raft's current membership, not on the one it was decided on; after an orphan commit it can leave Raft without a quorum")
+	simCheck(t, bugStaleBase)
+}
+
+// TestSimulationSurplus: bugSurplus. Orphan adds leave a shard with more
+// Raft members than wanted; sched.repair replaces members on down stores
+// and adds missing ones but never removes a surplus member, so the shard
+// never returns to R/R.
+func TestSimulationSurplus(t *testing.T) {
+	t.Skip("known bug (bugSurplus): repair never removes a surplus member (after orphan adds a shard stays at 4 replicas)")
+	simCheck(t, bugSurplus)
+}
+
+// TestSimulationPrefixPlan: bugPrefix. A store that lost NATS plans again
+// on the first events it folds after the outage: logstore.Reconciler
+// catches up with the stream (CatchUp) only once, before its first plan,
+// and client.Projector reports healthy again at the first event folded. A
+// replica removed during the outage is still a member in that prefix, so
+// the store starts it (here: bootstraps it with the initial membership).
+func TestSimulationPrefixPlan(t *testing.T) {
+	t.Skip("known bug (bugPrefix): after a NATS outage a store plans on a prefix of the stream and starts a replica removed meanwhile")
+	simCheck(t, bugPrefix)
 }
