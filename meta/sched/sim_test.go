@@ -14,8 +14,10 @@ package sched_test
 //     or silently dropped (the exec times out); adding an id ever removed,
 //     or at an address a member still holds, is rejected. An exec whose
 //     proposal did not commit in time answers "unknown", and the proposal
-//     may still commit later, when the quorum is back (or be lost at a Raft
-//     leader change).
+//     may still commit later: when the quorum is back, the next Raft leader
+//     either has it (it commits with the leader's first entry, before any
+//     read the leader serves) or not (it is lost). Each replica's ShardInfo
+//     (what its store reports) follows Raft a tick or more later.
 //   - Stores: a process crashes (its replicas stop, no reports), restarts
 //     from its old local data, loses NATS while Raft keeps running (no
 //     reports, no projection updates: its projection lags, but its replicas
@@ -23,8 +25,9 @@ package sched_test
 //     store folds its own prefix of the event log (catching up fully before
 //     its first plan after a restart, as logstore.Reconciler does, and by
 //     random amounts otherwise), runs logstore.Plan on it, and fences every
-//     exec with client.CheckExec on it (a "wait" either catches up or
-//     refuses).
+//     exec with client.CheckExec on it (a "wait" mostly catches up; a
+//     refusal after the fence's wait is a counted fault). Before the heal,
+//     one store may be lost for good.
 //   - Meta: the leader gathers the latest reports and runs decision passes
 //     every tick as meta.schedulePasses does (append, fold, send the execs);
 //     results come back after random delays or not at all (no reply by the
