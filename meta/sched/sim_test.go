@@ -52,7 +52,7 @@ package sched_test
 // (simEventsPerFault each), and a quiet time appends almost nothing once
 // settled (simQuietEvents).
 //
-// The simulation found five bugs (the bug* constants, each with a skipped
+// The simulation found five bugs (the bug* constants; four with a skipped
 // strict test below and rapid's minimal failing schedule in
 // testdata/rapid). TestSimulation counts them, ends the schedule where one
 // shows (what follows may be its consequence) and keeps exploring.
@@ -991,7 +991,10 @@ const (
 	// bugSurplus: after orphan adds a shard has more Raft members than
 	// wanted, and sched.repair only replaces members on down stores and
 	// adds missing ones: it never removes a surplus member, so the shard
-	// never returns to R/R.
+	// never returns to R/R. Seen with backoff disabled (two deposed
+	// leaders' adds committing as orphans); not found by a 20-minute
+	// strict search of the unchanged code (bugStaleBase usually ends such
+	// a schedule first), so it has no strict test.
 	bugSurplus
 	// bugPendingDeadlock: a change is intended and sent while the shard
 	// has a quorum; then another member is lost for good. The replica the
@@ -1491,15 +1494,6 @@ func TestSimulationOrphanCommit(t *testing.T) {
 func TestSimulationStaleBase(t *testing.T) {
 	t.Skip("known bug (bugStaleBase): a change is proposed on Raft's current membership, not on the one it was decided on; after an orphan commit it can leave Raft without a quorum")
 	simCheck(t, bugStaleBase)
-}
-
-// TestSimulationSurplus: bugSurplus. Orphan adds leave a shard with more
-// Raft members than wanted; sched.repair replaces members on down stores
-// and adds missing ones but never removes a surplus member, so the shard
-// never returns to R/R.
-func TestSimulationSurplus(t *testing.T) {
-	t.Skip("known bug (bugSurplus): repair never removes a surplus member (after orphan adds a shard stays at 4 replicas)")
-	simCheck(t, bugSurplus)
 }
 
 // TestSimulationPendingRemovalDeadlock: bugPendingDeadlock. Minimal
