@@ -33,22 +33,14 @@ func (c *SchedulerConfig) decisions() sched.Config {
 		Backoff: c.Backoff, BackoffMax: c.BackoffMax, Retry: c.Interval}.Defaults()
 }
 
+// defaults fills the zero fields: the loop's Interval here, the rest as
+// the decisions default them.
 func (c *SchedulerConfig) defaults() {
-	if c.Replicas <= 0 {
-		c.Replicas = 3
-	}
-	if c.StoreTimeout <= 0 {
-		c.StoreTimeout = 10 * time.Second
-	}
-	if c.StepTimeout <= 0 {
-		c.StepTimeout = 10 * time.Second
-	}
 	if c.Interval <= 0 {
 		c.Interval = 250 * time.Millisecond
 	}
-	if c.Backoff <= 0 {
-		c.Backoff = time.Second
-	}
+	d := c.decisions()
+	c.Replicas, c.StoreTimeout, c.StepTimeout, c.Backoff, c.BackoffMax = d.Replicas, d.StoreTimeout, d.StepTimeout, d.Backoff, d.BackoffMax
 }
 
 // ShardHealth is one shard's health as the leader's last decision saw it.

@@ -24,6 +24,24 @@ import (
 // store, the projection never trails Raft across a leader change, and a
 // config change that cannot complete converges.
 
+// shardOnThree starts a meta replica (schedOpts) and three stores, and
+// waits for shard 1 at 3/3 on them.
+func (c *cluster_) shardOnThree(t *testing.T, id string) (*metaNode, []*storeNode) {
+	t.Helper()
+	m := c.startMeta(id, schedOpts())
+	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
+	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	return m, stores
+}
+
+// spare starts a store that holds no replica and waits until m knows it.
+func (c *cluster_) spare(t *testing.T, m *metaNode, id string) *storeNode {
+	t.Helper()
+	s := c.newStore(id)
+	eventually(t, 10*time.Second, id+" registered", func() bool { _, ok := m.View().Stores[id]; return ok })
+	return s
+}
+
 // cutNATS closes a store's NATS connection: it can no longer heartbeat or
 // read the stream, while its NodeHost keeps serving Raft.
 func (n *storeNode) cutNATS() { n.nc.Close() }
@@ -69,9 +87,7 @@ func eventsOf(t *testing.T, m *metaNode, typ string) []events.Event {
 // keeps its three members and its leader: Propose still works.
 func TestQuorumGateLeavesRaftAlone(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
 
 	stores[1].cutNATS()
 	stores[2].stop()
@@ -124,11 +140,8 @@ func TestQuorumGateLeavesRaftAlone(t *testing.T) {
 func TestDeposedLeaderConfigChangeRefused(t *testing.T) {
 	c := newCluster(t)
 	c.storeFP = failpoint.New()
-	m1 := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m1, 1, stores...); return ok })
-	spare := c.newStore("store-4")
-	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m1.View().Stores["store-4"]; return ok })
+	m1, stores := c.shardOnThree(t, "meta-1")
+	spare := c.spare(t, m1, "store-4")
 	m2 := c.startMeta("meta-2", schedOpts())
 
 	// Hold every add at the executing store, before its fence.
@@ -198,9 +211,7 @@ func TestDeposedLeaderConfigChangeRefused(t *testing.T) {
 // refused with the refused outcome and changes nothing.
 func TestDeposedTermExecRefusedByStore(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
 	m.stop()
 	m2 := c.startMeta("meta-2", schedOpts())
 	eventually(t, 20*time.Second, "meta-2's term in store-1's projection", func() bool {
@@ -339,11 +350,8 @@ func schedOps(t *testing.T, m *metaNode) (started int, maxReplica uint64, reason
 // with a bounded number of operators and replica ids.
 func TestAddWithoutQuorumConverges(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
-	spare := c.newStore("store-4")
-	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m.View().Stores["store-4"]; return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
+	spare := c.spare(t, m, "store-4")
 
 	m.fp.Pause(meta.FPOperatorBeforeAdd)
 	stores[2].stop()
@@ -373,11 +381,8 @@ func TestAddWithoutQuorumConverges(t *testing.T) {
 // one adds on another store, while the first target stays down.
 func TestAddTargetGoneTimesOut(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
-	s4 := c.newStore("store-4")
-	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m.View().Stores["store-4"]; return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
+	s4 := c.spare(t, m, "store-4")
 
 	m.fp.Pause(meta.FPOperatorAfterExec)
 	stores[2].stop()
@@ -412,11 +417,8 @@ func TestAddTargetGoneTimesOut(t *testing.T) {
 // has and re-plans at once, without waiting out the step.
 func TestRejectedAddReplans(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
-	s4 := c.newStore("store-4")
-	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m.View().Stores["store-4"]; return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
+	s4 := c.spare(t, m, "store-4")
 
 	m.fp.Pause(meta.FPOperatorBeforeAdd)
 	defer m.fp.Resume(meta.FPOperatorBeforeAdd)
@@ -453,9 +455,7 @@ func TestRejectedAddReplans(t *testing.T) {
 // provenance. The record is read with the observer role's key.
 func TestHealthRecordTellsTheTruth(t *testing.T) {
 	c := newSecureCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
 	js, err := jetstream.New(c.connAs(natslog.RoleObserver))
 	if err != nil {
 		t.Fatal(err)
