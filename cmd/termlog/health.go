@@ -90,6 +90,9 @@ func judge(s Status, rec *meta.HealthRecord, age, stale time.Duration) []string 
 			out = append(out, fmt.Sprintf("store %s draining and silent (until %s)", st.Store, st.Until.Format(time.RFC3339)))
 		}
 	}
+	if n := len(rec.Shards); n < rec.ShardsWanted {
+		out = append(out, fmt.Sprintf("%d of %d shards exist (a shard is created once %d live stores are up)", n, rec.ShardsWanted, 3))
+	}
 	for _, h := range rec.Shards {
 		if !h.Healthy {
 			out = append(out, fmt.Sprintf("shard %d: %s", h.Shard, h.Why))

@@ -139,12 +139,20 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 				return code, s
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting for %s: last status exit %d, problems %q, stderr %s\nmeta:\n%s", within, what, code, s.Health.Problems, stderr, m.errOut.String())
+				rec, _ := json.MarshalIndent(s.Health, "", " ")
+				logs := ""
+				for _, st := range stores {
+					logs += fmt.Sprintf("\n%s:\n%s", st.id, st.p.errOut.String())
+				}
+				t.Fatalf("timed out after %s waiting for %s: last status exit %d, problems %q, stderr %s\nhealth: %s\nmeta:\n%s%s", within, what, code, s.Health.Problems, stderr, rec, m.errOut.String(), logs)
 			}
 			time.Sleep(200 * time.Millisecond) // polling interval
 		}
 	}
-	waitStatus("a healthy cluster", 60*time.Second, func(code int, s Status) bool { return code == 0 })
+	waitStatus("a healthy cluster with shard 1 at 3/3", 60*time.Second, func(code int, s Status) bool {
+		running, _, ok := shardHealth(s, 1)
+		return code == 0 && ok && running == 3
+	})
 	if r := runEnv(t, bin, nil, "status", "--wait-healthy", "--timeout", "30s"); r.code != 0 {
 		t.Fatalf("status --wait-healthy on a healthy cluster: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -15,6 +15,9 @@ type Health struct {
 	At     time.Time     `json:"at"`
 	Shards []ShardHealth `json:"shards"`
 	Stores []StoreHealth `json:"stores"`
+	// ShardsWanted is how many shards the scheduler keeps (fewer exist
+	// until enough live stores bootstrap them).
+	ShardsWanted int `json:"shards_wanted"`
 }
 
 // ShardHealth is one shard's health: from the projection and the stores'
@@ -51,7 +54,7 @@ type StoreHealth struct {
 }
 
 func (d *decider) health() Health {
-	h := Health{Seq: d.v.Seq, Term: d.in.Term, At: d.in.Now}
+	h := Health{Seq: d.v.Seq, Term: d.in.Term, At: d.in.Now, ShardsWanted: d.in.Config.Shards}
 	for _, st := range d.v.ListStores() {
 		sh := StoreHealth{Store: st.ID, State: st.State, Live: d.live[st.ID], Until: st.Until}
 		if rep, ok := d.in.Reports[st.ID]; ok && rep.Incarnation == st.Incarnation {
