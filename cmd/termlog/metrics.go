@@ -181,6 +181,17 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lg
 	return stop, nil
 }
 
+// validMetricsAddr checks --metrics-addr before anything starts.
+func validMetricsAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("--metrics-addr %q: want host:port, e.g. 127.0.0.1:9464: %v", addr, err)
+	}
+	return nil
+}
+
 // metricsFlag adds --metrics-addr.
 func metricsFlag(f *pflag.FlagSet, addr *string) {
 	f.StringVar(addr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default off)")

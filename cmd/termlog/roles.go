@@ -168,6 +168,9 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 			if o.shards < 0 || o.snapEvery < 0 {
 				return errors.New("--shards and --snapshot-every must be >= 0")
 			}
+			if err := validMetricsAddr(o.metricsAddr); err != nil {
+				return err
+			}
 			lg, err := g.logger()
 			if err != nil {
 				return err
@@ -354,6 +357,9 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 		if parallelism < 1 {
 			return fmt.Errorf("--parallelism %d: want >= 1", parallelism)
 		}
+		if err := validMetricsAddr(metricsAddr); err != nil {
+			return err
+		}
 		lg, err := g.logger()
 		if err != nil {
 			return err
@@ -433,6 +439,12 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if err := logstore.ValidateRaftAddr(addr); err != nil {
+				return err
+			}
+			if o.restartGrace < 0 {
+				return fmt.Errorf("--restart-grace %s: want >= 0 (0: do not drain on SIGTERM)", o.restartGrace)
+			}
+			if err := validMetricsAddr(o.metricsAddr); err != nil {
 				return err
 			}
 			if o.peer, err = g.peerTLS(pt); err != nil {

@@ -150,6 +150,9 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if err := validMetricsAddr(o.metricsAddr); err != nil {
+		return err
+	}
 	lg, err := g.logger()
 	if err != nil {
 		return err
