@@ -506,3 +506,40 @@ func TestPermRPCNamesMatchClient(t *testing.T) {
 		t.Errorf("a store may not serve its exec subject: %+v", p.Subscribe)
 	}
 }
+
+// TestEveryClientRPCGranted: each RPC a role's client sends is in that
+// role's publish permissions, and the buckets its readers bind are
+// readable (a new RPC or bucket without its grant fails here, not in
+// production under role keys).
+func TestEveryClientRPCGranted(t *testing.T) {
+	granted := func(r natslog.Role, subject string) bool {
+		p := natslog.Permissions(cluster, r, "UPUB")
+		if p == nil {
+			return true // admin
+		}
+		return slices.Contains(p.Publish.Allow, subject)
+	}
+	for role, rpcs := range map[natslog.Role][]string{
+		natslog.RoleWorker: {client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister},
+		natslog.RoleStore:  {client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStoreSelfDrain},
+		natslog.RoleAdmin:  {client.RPCStepDown, client.RPCStoreDrain},
+	} {
+		for _, rpc := range rpcs {
+			if !granted(role, client.RPCSubject(cluster, rpc)) {
+				t.Errorf("role %s may not send %s", role, client.RPCSubject(cluster, rpc))
+			}
+		}
+	}
+	// The store role may not drain or undrain other stores (the admin's RPC).
+	if granted(natslog.RoleStore, client.RPCSubject(cluster, client.RPCStoreDrain)) {
+		t.Errorf("role store may send %s", client.RPCSubject(cluster, client.RPCStoreDrain))
+	}
+	for _, r := range []natslog.Role{natslog.RoleMeta, natslog.RoleObserver} {
+		if !granted(r, "$JS.API.DIRECT.GET.KV_"+meta.HealthBucket(cluster)+".>") {
+			t.Errorf("role %s may not read the health bucket %s", r, meta.HealthBucket(cluster))
+		}
+	}
+	if meta.HealthBucket(cluster) != natslog.HealthBucketName(cluster) {
+		t.Errorf("health bucket: meta says %s, natslog %s", meta.HealthBucket(cluster), natslog.HealthBucketName(cluster))
+	}
+}
