@@ -242,6 +242,11 @@ func progress(evs []events.Payload, execs []Exec) bool {
 		switch e.(type) {
 		case events.ShardBlocked, events.OperatorStarted, events.OperatorFailed:
 			return false // a new block, the fold clears it, or a re-plan follows
+		case events.ShardObserved:
+			// Raft moved (a leader change, a membership): the next pass
+			// decides again, and clears the block only if it is over (a
+			// leader change on a blocked shard costs one event, not three).
+			return false
 		}
 	}
 	if len(evs) > 0 {
