@@ -5,23 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/termlog/termlog/internal/wire"
 	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
 )
 
 // HealthKey is the key of the health record in the health bucket.
-const HealthKey = "cluster"
+const HealthKey = wire.HealthKey
 
 // HealthBucket is the KV bucket where the meta leader publishes the
 // cluster's health for every process with the observer role (the same name
 // as natslog.HealthBucketName).
 func HealthBucket(cluster string) string {
-	return strings.ReplaceAll(cluster, ".", "_") + "_health"
+	return wire.HealthBucket(cluster)
 }
 
 // HealthRecord is what the meta leader publishes: the health its last

@@ -8,11 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/termlog/termlog/internal/wire"
 )
 
 // Lease errors.
@@ -30,10 +31,10 @@ type Lease interface {
 }
 
 // LeaseKey is the key of the lease in its bucket.
-const LeaseKey = "leader"
+const LeaseKey = wire.LeaseKey
 
 // LeaseBucket is the KV bucket of a cluster's lease.
-func LeaseBucket(cluster string) string { return strings.ReplaceAll(cluster, ".", "_") + "_leader" }
+func LeaseBucket(cluster string) string { return wire.LeaseBucket(cluster) }
 
 // KVLease is a Lease on a JetStream KV bucket whose TTL is the lease: Create
 // takes it (the revision is the term), Update(rev) renews it. It uses the

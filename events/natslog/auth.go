@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/termlog/termlog/internal/wire"
 )
 
 // Role is who a connection is. Each role is one NKey user of the server
@@ -199,7 +201,7 @@ func (a *ServerAuth) users() ([]*server.NkeyUser, error) {
 // InboxPrefix is the reply-subject prefix of a connection whose NKey
 // public key is pub: each user may receive replies under its own prefix
 // only, so no role can read another's replies (JetStream's included).
-func InboxPrefix(pub string) string { return "_INBOX." + pub }
+func InboxPrefix(pub string) string { return wire.Inbox(pub) }
 
 // jsAPI is the JetStream API prefix.
 const jsAPI = "$JS.API."
@@ -241,17 +243,12 @@ func snapshotReader(cluster string) []string {
 	)
 }
 
-// LeaseBucketName is the KV bucket of a cluster's leader lease (the same
-// name meta.LeaseBucket gives; natslog cannot import meta).
-func LeaseBucketName(cluster string) string {
-	return strings.ReplaceAll(cluster, ".", "_") + "_leader"
-}
+// LeaseBucketName is the KV bucket of a cluster's leader lease.
+func LeaseBucketName(cluster string) string { return wire.LeaseBucket(cluster) }
 
 // HealthBucketName is the KV bucket where the meta leader publishes the
 // cluster's shard and store health (meta.HealthBucket gives the same name).
-func HealthBucketName(cluster string) string {
-	return strings.ReplaceAll(cluster, ".", "_") + "_health"
-}
+func HealthBucketName(cluster string) string { return wire.HealthBucket(cluster) }
 
 // Permissions are role's permissions in cluster for the user whose public
 // key is pub; nil (everything) for RoleAdmin.
@@ -260,7 +257,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 	rpc := func(names ...string) []string {
 		var out []string
 		for _, n := range names {
-			out = append(out, cluster+".rpc."+n)
+			out = append(out, wire.RPC(cluster, n))
 		}
 		return out
 	}
@@ -275,9 +272,9 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 		return nil
 	case RoleMeta:
 		allow := []string{
-			cluster + ".ev.>",         // fenced appends
-			"$KV." + bucket + ".>",    // lease create, renew, release
-			cluster + ".store.*.exec", // config changes run by stores
+			wire.EventsWildcard(cluster), // fenced appends
+			"$KV." + bucket + ".>",       // lease create, renew, release
+			wire.ExecWildcard(cluster),   // config changes run by stores
 			jsAPI + "STREAM.CREATE." + stream,
 			jsAPI + "STREAM.CREATE.KV_" + bucket,
 			"$O." + SnapshotBucket(cluster) + ".>", // snapshot chunks and metadata
@@ -292,20 +289,20 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 		allow = append(allow, snapshotReader(cluster)...)
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: allow},
-			Subscribe: &server.SubjectPermission{Allow: []string{cluster + ".rpc.>", inbox}},
+			Subscribe: &server.SubjectPermission{Allow: []string{wire.RPCWildcard(cluster), inbox}},
 			Response:  respond,
 		}
 	case RoleWorker:
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: rpc("register", "activate", "heartbeat", "deregister")},
+			Publish:   &server.SubjectPermission{Allow: rpc(wire.WorkerRPCs...)},
 			Subscribe: &server.SubjectPermission{Allow: []string{inbox}},
 		}
 	case RoleStore:
-		allow := append(rpc("store.register", "store.heartbeat", "store.selfdrain"), streamReader(stream)...)
+		allow := append(rpc(wire.StoreRPCs...), streamReader(stream)...)
 		allow = append(allow, snapshotReader(cluster)...)
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: allow},
-			Subscribe: &server.SubjectPermission{Allow: []string{cluster + ".store.*.exec", inbox}},
+			Subscribe: &server.SubjectPermission{Allow: []string{wire.ExecWildcard(cluster), inbox}},
 			Response:  respond,
 		}
 	case RoleObserver:

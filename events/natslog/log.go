@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/wire"
 )
 
 // Defaults of Config.
@@ -102,7 +103,7 @@ func (c Config) withDefaults() Config {
 }
 
 // StreamName is the name of the stream of cluster.
-func StreamName(cluster string) string { return "TERMLOG_" + strings.ToUpper(cluster) }
+func StreamName(cluster string) string { return wire.Stream(cluster) }
 
 func validCluster(c string) error {
 	if c == "" {

@@ -17,13 +17,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/wire"
 )
 
 // SnapshotBucket is the object store bucket of a cluster's projection
 // snapshots. An object store, not a KV bucket: the snapshot of a cluster
 // with 10,000 workers is about 1.8 MB, beyond the 1 MB message limit of a
 // KV value; the object store chunks it.
-func SnapshotBucket(cluster string) string { return cluster + "_snapshots" }
+func SnapshotBucket(cluster string) string { return wire.SnapshotBucket(cluster) }
 
 // Snapshots is an events.SnapshotStore in the JetStream object store
 // <cluster>_snapshots, next to the stream of a Log. Each object is named

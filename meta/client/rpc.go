@@ -7,19 +7,21 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/termlog/termlog/internal/wire"
 )
 
 // RPC subjects, served by the meta leader only (core NATS request/reply).
 const (
-	RPCRegister   = "register"
-	RPCActivate   = "activate"
-	RPCHeartbeat  = "heartbeat"
-	RPCDeregister = "deregister"
-	RPCStepDown   = "stepdown" // ask the leader to give up its lease
+	RPCRegister   = wire.RPCRegister
+	RPCActivate   = wire.RPCActivate
+	RPCHeartbeat  = wire.RPCHeartbeat
+	RPCDeregister = wire.RPCDeregister
+	RPCStepDown   = wire.RPCStepDown // ask the leader to give up its lease
 )
 
 // RPCSubject is the subject of one RPC in a cluster.
-func RPCSubject(cluster, rpc string) string { return cluster + ".rpc." + rpc }
+func RPCSubject(cluster, rpc string) string { return wire.RPC(cluster, rpc) }
 
 // MaxRequestBytes bounds an RPC request; larger ones are refused unread.
 const MaxRequestBytes = 4096

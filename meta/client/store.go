@@ -5,17 +5,19 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/termlog/termlog/internal/wire"
 )
 
 // Store RPCs, served by the meta leader.
 const (
-	RPCStoreRegister  = "store.register"
-	RPCStoreHeartbeat = "store.heartbeat"
+	RPCStoreRegister  = wire.RPCStoreRegister
+	RPCStoreHeartbeat = wire.RPCStoreHeartbeat
 )
 
 // ExecSubject is where a store serves config changes and membership reads
 // for the meta leader's scheduler.
-func ExecSubject(cluster, store string) string { return cluster + ".store." + store + ".exec" }
+func ExecSubject(cluster, store string) string { return wire.Exec(cluster, store) }
 
 var storeIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -201,7 +203,7 @@ func fenced(r ExecRequest) error {
 
 // RPCStoreDrain marks a store draining until a deadline (a planned restart:
 // it is not marked down meanwhile) or, with a zero duration, up again.
-const RPCStoreDrain = "store.drain"
+const RPCStoreDrain = wire.RPCStoreDrain
 
 // DrainRequest asks for a store to drain for a while (0: undrain).
 type DrainRequest struct {
@@ -213,7 +215,7 @@ type DrainRequest struct {
 // SIGTERM): it drains until the deadline, and the drain survives its
 // re-registration. The leader accepts it only from the store's registered
 // incarnation.
-const RPCStoreSelfDrain = "store.selfdrain"
+const RPCStoreSelfDrain = wire.RPCStoreSelfDrain
 
 // SelfDrainRequest is a store's own drain.
 type SelfDrainRequest struct {
