@@ -314,6 +314,28 @@ func openLogWaiting(ctx context.Context, lg zerolog.Logger, nc *nats.Conn, cfg n
 	}
 }
 
+// waitJetStream runs open, each attempt bounded by 30 s, until it
+// succeeds, fails for another reason than a deadline, or ctx ends: a
+// long-running role waits for JetStream (an election, a node down) and
+// says what it waits for, where an interactive command fails.
+func waitJetStream(ctx context.Context, lg zerolog.Logger, what string, open func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := open(octx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped while waiting for %s: %w", what, ctx.Err())
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		lg.Warn().Int("attempt", attempt).Str("cause", err.Error()).Msg("waiting for " + what)
+	}
+}
+
 // refused reports whether every server of the comma-separated urls
 // refuses a TCP connection: nothing listens there.
 func refused(urls string, timeout time.Duration) bool {

@@ -401,8 +401,6 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -411,16 +409,31 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if o.inUp {
 		fix = "`termlog up --lease %s --update-lease`"
 	}
-	lease, ttl, err := openLease(octx, js, cluster, o.lease, o.replicas, fix, lg)
-	if err != nil {
+	var (
+		lease  meta.Lease
+		ttl    time.Duration
+		snaps  events.SnapshotStore
+		health *meta.HealthKV
+	)
+	if err := waitJetStream(ctx, lg, "the lease bucket "+meta.LeaseBucket(cluster), func(ctx context.Context) error {
+		var err error
+		lease, ttl, err = openLease(ctx, js, cluster, o.lease, o.replicas, fix, lg)
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	snaps, err := openSnapshots(octx, log, o.snapEvery != 0)
-	if err != nil {
+	if err := waitJetStream(ctx, lg, "the snapshot bucket "+natslog.SnapshotBucket(cluster), func(ctx context.Context) error {
+		var err error
+		snaps, err = openSnapshots(ctx, log, o.snapEvery != 0)
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	health, err := meta.OpenHealthKV(octx, js, cluster, o.replicas)
-	if err != nil {
+	if err := waitJetStream(ctx, lg, "the health bucket "+meta.HealthBucket(cluster), func(ctx context.Context) error {
+		var err error
+		health, err = meta.OpenHealthKV(ctx, js, cluster, o.replicas)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	controlTLS, err := o.peer.config()
@@ -444,10 +457,12 @@ func startStore(ctx context.Context, nc *nats.Conn, cluster, id, dir, addr strin
 	if err != nil {
 		return nil, err
 	}
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	snaps, err := readSnapshots(octx, log, useSnaps)
-	if err != nil {
+	var snaps events.SnapshotStore
+	if err := waitJetStream(ctx, lg, "the snapshot bucket "+natslog.SnapshotBucket(cluster), func(ctx context.Context) error {
+		var err error
+		snaps, err = readSnapshots(ctx, log, useSnaps)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	return logstore.OpenStore(logstore.StoreConfig{
