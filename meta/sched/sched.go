@@ -181,9 +181,6 @@ func (m Memory) WithResult(r Result) Memory {
 	return n
 }
 
-// InFlight reports whether an exec of shard is in flight.
-func (m Memory) InFlight(shard uint64) bool { return m.shards[shard].inFlight }
-
 // Input is everything a decision depends on.
 type Input struct {
 	View    *projections.State // the projected state (read only)
@@ -393,12 +390,10 @@ type shardView struct {
 	zombies []string            // replica@store the stores refused to start
 	unheard []string            // member stores not heard of yet this term
 	addrs   map[string]string   // raft address -> store
-	stores  map[uint64]string   // replica -> store for running ones
-	_       struct{}
 }
 
 func (d *decider) see(sh *projections.Shard) shardView {
-	sv := shardView{running: map[uint64]bool{}, addrs: map[string]string{}, stores: map[uint64]string{}}
+	sv := shardView{running: map[uint64]bool{}, addrs: map[string]string{}}
 	for _, st := range d.v.ListStores() {
 		if st.State != events.StoreTombstone {
 			sv.addrs[st.RaftAddr] = st.ID
@@ -420,7 +415,6 @@ func (d *decider) see(sh *projections.Shard) shardView {
 				continue
 			}
 			sv.running[r.Replica] = true
-			sv.stores[r.Replica] = store
 			if len(r.Replicas) > 0 && (sv.raft == nil || r.CCID > sv.raft.CCID) {
 				sv.raft = &r
 			}
@@ -508,13 +502,13 @@ func with(m map[uint64]string, r uint64) []uint64 {
 // never the store of replica avoid.
 func (d *decider) executor(sh *projections.Shard, sv shardView, avoid uint64) string {
 	if sv.leader != nil && sv.leader.Leader != avoid {
-		if st, ok := sv.stores[sv.leader.Leader]; ok {
-			return st
+		if sv.running[sv.leader.Leader] {
+			return sh.Members[sv.leader.Leader]
 		}
 	}
 	for _, r := range sortedIDs(sh.Members) {
 		if r != avoid && sv.running[r] {
-			return sv.stores[r]
+			return sh.Members[r]
 		}
 	}
 	return ""
@@ -533,8 +527,8 @@ func (d *decider) step(id uint64, s *shardMem, key string) (deadline time.Time, 
 // execDeadline is the deadline of a request sent now in a step ending at
 // deadline: at least a second, so a late retry still has time to run.
 func (d *decider) execDeadline(deadline time.Time) time.Time {
-	if min := d.in.Now.Add(time.Second); deadline.Before(min) {
-		return min
+	if floor := d.in.Now.Add(time.Second); deadline.Before(floor) {
+		return floor
 	}
 	return deadline
 }
@@ -683,8 +677,7 @@ func (d *decider) operator(sh *projections.Shard, op *projections.Operator, sv s
 		return []events.Payload{events.ShardReplicaRemoving{Shard: sh.ID, Replica: op.Remove, Store: st, CCID: sh.CCID, Op: op.ID}}, nil
 	}
 	if op.Add != "" && !holds(sh, op.Add) {
-		deadline, expired := d.step(sh.ID, &s, "add on "+op.Add)
-		_ = deadline
+		_, expired := d.step(sh.ID, &s, "add on "+op.Add)
 		store := d.v.Stores[op.Add]
 		if store == nil || !d.live[op.Add] || store.State != events.StoreUp {
 			if expired {
