@@ -67,6 +67,11 @@ func judge(s Status, rec *meta.HealthRecord, age, stale time.Duration) []string 
 		out = append(out, "no health record: no meta leader has published one")
 		return out
 	}
+	if rec.Term < s.Term {
+		// The fence on read, for the record as for events: a deposed
+		// leader may still be writing it until its lease runs out.
+		out = append(out, fmt.Sprintf("health record from term %d (%s), the stream is at term %d: the current leader has not published yet", rec.Term, rec.Leader, s.Term))
+	}
 	if age > stale {
 		out = append(out, fmt.Sprintf("health record is %s old (written by %s in term %d): no leader is publishing", age.Round(100*time.Millisecond), rec.Leader, rec.Term))
 	}
