@@ -49,6 +49,10 @@ func FuzzStoreDecoders(f *testing.F) {
 		`{"store":"store-1","shards":[{"shard":1,"replica":2,"replicas":{"x":"y"}}]}`,
 		`{"op":"add","shard":1,"replica":4,"addr":"127.0.0.1:9004","timeout_ms":500}`,
 		`{"op":"remove","shard":1,"replica":4}`,
+		`{"op":"remove","shard":1,"replica":4,"term":3,"operator":"op-1-9","intent":12,"ccid":5}`,
+		`{"op":"add","shard":1,"replica":4,"addr":"127.0.0.1:9004","term":3,"operator":"op-1-9","intent":14}`,
+		`{"store":"store-1","incarnation":"i-1","for_ms":900000}`,
+		`{"store":"store-1","incarnation":"i-1","for_ms":0}`,
 		`{"op":"membership","shard":1}`,
 		`{"op":"add","shard":1,"replica":4,"addr":"nohostport"}`,
 		`{"op":"nope","shard":1}`,
@@ -83,15 +87,20 @@ func FuzzStoreDecoders(f *testing.F) {
 			switch r.Op {
 			case ExecMembership:
 			case ExecRemove:
-				if r.Replica == 0 {
-					t.Fatalf("accepted remove without a replica: %+v", r)
+				if r.Replica == 0 || r.Term == 0 || r.Operator == "" || r.Intent == 0 {
+					t.Fatalf("accepted remove without a replica or its fence: %+v", r)
 				}
 			case ExecAdd:
-				if r.Replica == 0 || ValidateEndpoint(r.Addr) != nil {
-					t.Fatalf("accepted invalid add: %+v", r)
+				if r.Replica == 0 || ValidateEndpoint(r.Addr) != nil || r.Term == 0 || r.Operator == "" || r.Intent == 0 {
+					t.Fatalf("accepted invalid or unfenced add: %+v", r)
 				}
 			default:
 				t.Fatalf("accepted unknown exec op: %+v", r)
+			}
+		}
+		if r, err := DecodeSelfDrain(b); err == nil {
+			if len(b) > MaxRequestBytes || validStore(r.Store, r.Incarnation) != nil || r.ForMS <= 0 || r.ForMS > maxDrainMS {
+				t.Fatalf("accepted invalid self-drain %+v", r)
 			}
 		}
 		if r, err := DecodeDrain(b); err == nil {

@@ -116,17 +116,28 @@ type ExecReply struct {
 	Error    string            `json:"error,omitempty"`
 }
 
+// validStore checks a store id and the incarnation it claims.
+func validStore(store, incarnation string) error {
+	if err := ValidateStoreID(store); err != nil {
+		return err
+	}
+	if incarnation == "" || len(incarnation) > MaxFieldBytes {
+		return errors.New("incarnation must be 1..256 bytes")
+	}
+	return nil
+}
+
+// maxDrainMS bounds a drain: 7 days.
+const maxDrainMS = int64(7 * 24 * time.Hour / time.Millisecond)
+
 // DecodeStoreRegister decodes and validates a store registration.
 func DecodeStoreRegister(b []byte) (StoreRegisterRequest, error) {
 	var r StoreRegisterRequest
 	if err := decodeStrict(b, &r); err != nil {
 		return r, err
 	}
-	if err := ValidateStoreID(r.Store); err != nil {
+	if err := validStore(r.Store, r.Incarnation); err != nil {
 		return r, err
-	}
-	if r.Incarnation == "" || len(r.Incarnation) > MaxFieldBytes {
-		return r, errors.New("incarnation must be 1..256 bytes")
 	}
 	if err := ValidateEndpoint(r.RaftAddr); err != nil {
 		return r, fmt.Errorf("raft_addr: %w", err)
@@ -230,13 +241,10 @@ func DecodeSelfDrain(b []byte) (SelfDrainRequest, error) {
 	if err := decodeStrict(b, &r); err != nil {
 		return r, err
 	}
-	if err := ValidateStoreID(r.Store); err != nil {
+	if err := validStore(r.Store, r.Incarnation); err != nil {
 		return r, err
 	}
-	if r.Incarnation == "" || len(r.Incarnation) > MaxFieldBytes {
-		return r, errors.New("incarnation must be 1..256 bytes")
-	}
-	if r.ForMS <= 0 || r.ForMS > int64(7*24*time.Hour/time.Millisecond) {
+	if r.ForMS <= 0 || r.ForMS > maxDrainMS {
 		return r, errors.New("for_ms must be 1 ms..7 days")
 	}
 	return r, nil
@@ -251,7 +259,7 @@ func DecodeDrain(b []byte) (DrainRequest, error) {
 	if err := ValidateStoreID(r.Store); err != nil {
 		return r, err
 	}
-	if r.ForMS < 0 || r.ForMS > int64(7*24*time.Hour/time.Millisecond) {
+	if r.ForMS < 0 || r.ForMS > maxDrainMS {
 		return r, errors.New("for_ms must be 0..7 days")
 	}
 	return r, nil
