@@ -19,7 +19,7 @@ const HealthKey = wire.HealthKey
 
 // HealthBucket is the KV bucket where the meta leader publishes the
 // cluster's health for every process with the observer role (the same name
-// as natslog.HealthBucketName).
+// as wire.HealthBucket, from which the roles' permissions are built).
 func HealthBucket(cluster string) string {
 	return wire.HealthBucket(cluster)
 }

@@ -539,7 +539,4 @@ func TestEveryClientRPCGranted(t *testing.T) {
 			t.Errorf("role %s may not read the health bucket %s", r, meta.HealthBucket(cluster))
 		}
 	}
-	if meta.HealthBucket(cluster) != natslog.HealthBucketName(cluster) {
-		t.Errorf("health bucket: meta says %s, natslog %s", meta.HealthBucket(cluster), natslog.HealthBucketName(cluster))
-	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
-	"github.com/termlog/termlog/projections"
 )
 
 // TestRapidRestartsDuringReplacement is the second report's reproduction:
@@ -118,19 +117,12 @@ func checkOperatorLog(t *testing.T, m *metaNode) {
 // longer than the store timeout is not marked down and keeps its replica.
 func TestPlannedRestartWhileDrainingReplacesNothing(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	var before *projections.Shard
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
-		sh, ok := fullShard(m, 1, stores...)
-		before = sh
-		return ok
-	})
+	m, stores := c.shardOnThree(t, "meta-1")
+	before := m.View().Shards[1]
 	// A fourth store holds no replica; it goes down with store-3 but does not
 	// drain, so once it is marked down the store timeout has passed with the
 	// scheduler running.
-	canary := c.newStore("store-4")
-	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m.View().Stores["store-4"]; return ok })
+	canary := c.spare(t, m, "store-4")
 	nc := c.conn()
 	if _, err := nc.Request(client.RPCSubject(cluster, client.RPCStoreDrain), []byte(`{"store":"store-3","for_ms":60000}`), 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -200,16 +192,9 @@ func TestStoreStartsNothingWithoutTheStream(t *testing.T) {
 // no operator, the same replica id on store-3.
 func TestPlannedRestartsDrainThemselves(t *testing.T) {
 	c := newCluster(t)
-	m := c.startMeta("meta-1", schedOpts())
-	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	var before *projections.Shard
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
-		sh, ok := fullShard(m, 1, stores...)
-		before = sh
-		return ok
-	})
-	c.newStore("store-4") // a spare: a replacement would have somewhere to go
-	eventually(t, 10*time.Second, "store-4 registered", func() bool { _, ok := m.View().Stores["store-4"]; return ok })
+	m, stores := c.shardOnThree(t, "meta-1")
+	before := m.View().Shards[1]
+	c.spare(t, m, "store-4") // a replacement would have somewhere to go
 	s3 := stores[2]
 	for round := 1; round <= 2; round++ {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -221,11 +206,7 @@ func TestPlannedRestartsDrainThemselves(t *testing.T) {
 		eventually(t, 5*time.Second, "store-3 draining", func() bool { return m.View().Stores["store-3"].State == events.StoreDraining })
 		// A canary that does not drain goes down with it: once it is
 		// marked down, store-3 has been silent past the store timeout.
-		canary := c.newStore(fmt.Sprintf("canary-%d", round))
-		eventually(t, 10*time.Second, "the canary registered", func() bool {
-			_, ok := m.View().Stores[fmt.Sprintf("canary-%d", round)]
-			return ok
-		})
+		canary := c.spare(t, m, fmt.Sprintf("canary-%d", round))
 		s3.stop()
 		canary.stop()
 		eventually(t, 20*time.Second, "the canary marked down", func() bool {

@@ -246,10 +246,6 @@ func snapshotReader(cluster string) []string {
 // LeaseBucketName is the KV bucket of a cluster's leader lease.
 func LeaseBucketName(cluster string) string { return wire.LeaseBucket(cluster) }
 
-// HealthBucketName is the KV bucket where the meta leader publishes the
-// cluster's shard and store health (meta.HealthBucket gives the same name).
-func HealthBucketName(cluster string) string { return wire.HealthBucket(cluster) }
-
 // Permissions are role's permissions in cluster for the user whose public
 // key is pub; nil (everything) for RoleAdmin.
 func Permissions(cluster string, r Role, pub string) *server.Permissions {
@@ -263,7 +259,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 	}
 	stream := StreamName(cluster)
 	bucket := LeaseBucketName(cluster)
-	health := HealthBucketName(cluster)
+	health := wire.HealthBucket(cluster)
 	// A responder may publish to the reply subject of a request it
 	// received, once, for the server's default time.
 	respond := &server.ResponsePermission{MaxMsgs: 1}
