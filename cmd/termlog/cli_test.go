@@ -27,6 +27,29 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
+// authDir makes role keys with `auth init` in a new dir under dir.
+func authDir(t *testing.T, bin, dir, name string) string {
+	t.Helper()
+	auth := filepath.Join(dir, name)
+	if out, err := run(t, bin, "auth", "init", "--dir", auth); err != nil {
+		t.Fatalf("auth init: %v\n%s", err, out)
+	}
+	return auth
+}
+
+// rolesEnv prepares a cluster of separate role processes: a temp dir, role
+// keys in <dir>/auth, and a free NATS port, with TERMLOG_NATS and
+// TERMLOG_AUTH_DIR set for every command the test runs.
+func rolesEnv(t *testing.T, bin string) (dir string, port int) {
+	t.Helper()
+	dir = t.TempDir()
+	auth := authDir(t, bin, dir, "auth")
+	port = freeTCPPort(t)
+	t.Setenv("TERMLOG_NATS", fmt.Sprintf("nats://127.0.0.1:%d", port))
+	t.Setenv("TERMLOG_AUTH_DIR", auth)
+	return dir, port
+}
+
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

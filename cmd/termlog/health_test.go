@@ -102,14 +102,7 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	auth := filepath.Join(dir, "auth")
-	if out, err := run(t, bin, "auth", "init", "--dir", auth); err != nil {
-		t.Fatalf("auth init: %v\n%s", err, out)
-	}
-	port := freeTCPPort(t)
-	t.Setenv("TERMLOG_NATS", fmt.Sprintf("nats://127.0.0.1:%d", port))
-	t.Setenv("TERMLOG_AUTH_DIR", auth)
+	dir, port := rolesEnv(t, bin)
 	srv := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"))
 	srv.waitFor(t, "NATS JetStream at")
 	metaMetrics := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))

@@ -230,14 +230,8 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	auth := filepath.Join(dir, "auth")
-	if out, err := run(t, bin, "auth", "init", "--dir", auth); err != nil {
-		t.Fatalf("auth init: %v\n%s", err, out)
-	}
-	other := filepath.Join(dir, "other")
-	if out, err := run(t, bin, "auth", "init", "--dir", other); err != nil {
-		t.Fatalf("auth init: %v\n%s", err, out)
-	}
+	auth := authDir(t, bin, dir, "auth")
+	other := authDir(t, bin, dir, "other")
 	port := freeTCPPort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	srv := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"), "--auth-dir", auth)
@@ -360,16 +354,8 @@ func TestCLIRolesWaitForNATS(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	auth := filepath.Join(dir, "auth")
-	if out, err := run(t, bin, "auth", "init", "--dir", auth); err != nil {
-		t.Fatalf("auth init: %v\n%s", err, out)
-	}
-	port := freeTCPPort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	// Every client finds the server and keys through the environment.
-	t.Setenv("TERMLOG_NATS", url)
-	t.Setenv("TERMLOG_AUTH_DIR", auth)
+	dir, port := rolesEnv(t, bin)
 	ep := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	m := startProc(t, bin, "meta", "run", "--id", "meta-1", "--lease", "1s")
 	w := startProc(t, bin, "worker", "run", "--endpoint", ep)
