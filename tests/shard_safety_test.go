@@ -455,7 +455,14 @@ func TestRejectedAddReplans(t *testing.T) {
 // provenance. The record is read with the observer role's key.
 func TestHealthRecordTellsTheTruth(t *testing.T) {
 	c := newSecureCluster(t)
-	m, stores := c.shardOnThree(t, "meta-1")
+	// A store timeout long enough that the record is read while replica
+	// 3 is still a member: running (reports younger than half of it) drops
+	// first, the replacement comes after.
+	o := schedOpts()
+	o.scheduler.StoreTimeout = 8 * time.Second
+	m := c.startMeta("meta-1", o)
+	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
+	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
 	js, err := jetstream.New(c.connAs(natslog.RoleObserver))
 	if err != nil {
 		t.Fatal(err)
@@ -487,7 +494,7 @@ func TestHealthRecordTellsTheTruth(t *testing.T) {
 	var h meta.ShardHealth
 	eventually(t, 20*time.Second, "the record to say shard 1 runs 2/3", func() bool {
 		rec, h = read()
-		return h.Live == 2 && !h.Healthy
+		return h.Live == 2 && len(h.Members) == 3 && !h.Healthy
 	})
 	_, term := m.Leading()
 	if rec.Leader != "meta-1" || rec.Term != term || rec.Seq == 0 || rec.At.IsZero() {
