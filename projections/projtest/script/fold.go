@@ -78,18 +78,9 @@ func (f *Fold) Run(cmd string, args []Arg, input string) (string, error) {
 		return "ok\n", nil
 	case "anomalies":
 		var out strings.Builder
-		list := s.Anomalies
-		if a.has("tail") {
-			n, err := a.int("tail")
-			if err != nil {
-				return "", err
-			}
-			fmt.Fprintf(&out, "kept=%d", len(list))
-			if len(list) > 0 {
-				fmt.Fprintf(&out, " oldest_seq=%d", list[0].Seq)
-			}
-			out.WriteByte('\n')
-			list = list[max(0, len(list)-n):]
+		list, err := tail(a, &out, s.Anomalies, func(an projections.Anomaly) string { return fmt.Sprintf("oldest_seq=%d", an.Seq) })
+		if err != nil {
+			return "", err
 		}
 		for _, an := range list {
 			fmt.Fprintf(&out, "seq=%d term=%d writer=%s type=%s %s: %s\n", an.Seq, an.Term, an.Writer, an.Type, an.Kind, an.Reason)
@@ -97,18 +88,9 @@ func (f *Fold) Run(cmd string, args []Arg, input string) (string, error) {
 		return orNone(out.String()), nil
 	case "history":
 		var out strings.Builder
-		list := s.History
-		if a.has("tail") {
-			n, err := a.int("tail")
-			if err != nil {
-				return "", err
-			}
-			fmt.Fprintf(&out, "kept=%d", len(list))
-			if len(list) > 0 {
-				fmt.Fprintf(&out, " oldest=%s", list[0].ID)
-			}
-			out.WriteByte('\n')
-			list = list[max(0, len(list)-n):]
+		list, err := tail(a, &out, s.History, func(op projections.Operator) string { return "oldest=" + op.ID })
+		if err != nil {
+			return "", err
 		}
 		for _, op := range list {
 			fmt.Fprintf(&out, "%s shard=%d %s started=%d finished=%d\n", op.ID, op.Shard, op.State, op.Started, op.Finished)
@@ -300,4 +282,23 @@ func (a argSet) int(key string) (int, error) {
 		return 0, fmt.Errorf("%s=%s: want a number >= 0", key, x.Vals[0])
 	}
 	return n, nil
+}
+
+// tail applies a command's tail=n to a bounded list: it writes how many
+// are kept and the oldest kept (oldest names it), and returns the newest n.
+// Without tail it returns the list as is.
+func tail[T any](a argSet, out *strings.Builder, list []T, oldest func(T) string) ([]T, error) {
+	if !a.has("tail") {
+		return list, nil
+	}
+	n, err := a.int("tail")
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "kept=%d", len(list))
+	if len(list) > 0 {
+		fmt.Fprintf(out, " %s", oldest(list[0]))
+	}
+	out.WriteByte('\n')
+	return list[max(0, len(list)-n):], nil
 }
