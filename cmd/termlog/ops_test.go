@@ -511,7 +511,9 @@ func TestCLIUpDataDirLeaseAndConventions(t *testing.T) {
 	}
 	m := want.FindStringSubmatch(r.stdout)
 	var st Status
-	if r := runEnv(t, bin, nil, append([]string{"status", "-o", "json"}, c...)...); r.code != 0 || json.Unmarshal([]byte(r.stdout), &st) != nil {
+	// Right after a handover status may say degraded (exit 1: the new
+	// leader's health record or recovery is not there yet); it is read.
+	if r := runEnv(t, bin, nil, append([]string{"status", "-o", "json"}, c...)...); r.code == exitUnreadable || json.Unmarshal([]byte(r.stdout), &st) != nil {
 		t.Fatalf("status -o json: %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	newTerm, _ := strconv.ParseUint(m[3], 10, 64)
