@@ -22,6 +22,7 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
 )
 
 // TestPermSecureClusterRuns runs a whole cluster with every connection
@@ -66,14 +67,20 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	// An observer reads what the leader projected, and the lease.
 	obs := c.connAs(natslog.RoleObserver)
 	lg := c.openLogWith(obs, natslog.Config{Cluster: cluster, Bind: true})
-	want := converged(t, lg, m1, m2)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	st, err := client.Load(ctx, lg)
-	if err != nil {
-		t.Fatalf("observer load: %v", err)
-	}
-	if st.Hash() != want.Hash() || st.Seq != want.Seq {
+	// The cluster keeps appending (leader observations, health); compare
+	// the observer's fold with the replicas' at the same seq.
+	var st, want *projections.State
+	eventually(t, 20*time.Second, "the observer's load at the replicas' seq", func() bool {
+		var err error
+		if st, err = client.Load(ctx, lg); err != nil {
+			t.Fatalf("observer load: %v", err)
+		}
+		want = converged(t, lg, m1, m2)
+		return st.Seq == want.Seq
+	})
+	if st.Hash() != want.Hash() {
 		t.Fatalf("observer read seq %d hash %s, replicas have seq %d hash %s", st.Seq, st.Hash(), want.Seq, want.Hash())
 	}
 	// The leader stored snapshots (meta role); an observer and a store
