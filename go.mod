@@ -3,6 +3,7 @@ module github.com/termlog/termlog
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/lni/dragonboat/v4 v4.0.0-20250723143628-076c7f6497dc
 	github.com/nats-io/nats-server/v2 v2.15.2
