@@ -24,8 +24,8 @@ func simulate(seed uint64, n int) []Op {
 		seq, next uint64 = 0, 1
 		regs             = map[uint64]*w{}
 		incs             = map[string]string{} // endpoint -> its current incarnation
-		now          time.Duration
-		ops          []Op
+		now       time.Duration
+		ops       []Op
 	)
 	at := func(ep string) *w {
 		for _, r := range regs {
