@@ -1,0 +1,465 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Runner runs schedules against one cluster and checks it after each.
+type Runner struct {
+	C             *Cluster
+	Rec           *OpLog
+	RecoveryBound time.Duration
+	Logf          func(format string, args ...any)
+	// CheckHistory, when set, checks the operations recorded during a
+	// schedule; dir is where it may save a visualisation.
+	CheckHistory func(ops []Op, dir string) []Violation
+
+	probes []*Probe
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Result is one schedule's outcome.
+type Result struct {
+	Schedule   Schedule
+	Index      int
+	Events     []string // what the runner did, with times
+	Executed   map[Fault]int
+	Recovery   time.Duration // heal -> healthy (-1: never)
+	Violations []Violation
+	Dir        string // the schedule's export, history and notes
+}
+
+// StartProbes starts n probe workers recording into r.Rec.
+func (r *Runner) StartProbes(n int, seed uint64) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	for i := range n {
+		p, err := NewProbe(r.C, fmt.Sprintf("probe-%d", i+1), seed+uint64(i), r.Rec)
+		if err != nil {
+			return err
+		}
+		r.probes = append(r.probes, p)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			p.Run(ctx)
+		}()
+	}
+	return nil
+}
+
+// Close stops the probes and waits for them.
+func (r *Runner) Close() {
+	if r.stop != nil {
+		r.stop()
+	}
+	r.wg.Wait()
+}
+
+func (r *Runner) probeEndpoints() []string {
+	var out []string
+	for _, p := range r.probes {
+		out = append(out, p.Endpoint)
+	}
+	return out
+}
+
+// status reads `status -o json` and records the read.
+func (r *Runner) status(ctx context.Context) StatusRead {
+	sr := r.C.ReadStatus(ctx)
+	if r.Rec != nil && ctx.Err() == nil {
+		op := Op{Client: "status", Kind: OpStatus, Invoke: sr.Invoke, Return: sr.Return, Outcome: OutcomeOK}
+		if sr.OK() {
+			op.Seq, op.Workers = sr.Status.Seq, sr.Status.Workers
+		} else {
+			op.Outcome = OutcomeUnknown
+		}
+		r.Rec.Record(op)
+	}
+	return sr
+}
+
+// runningWorkers maps the endpoint of each running worker process to the
+// id it last registered (from its log).
+func (r *Runner) runningWorkers() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, w := range r.C.Workers {
+		if w.Running() && !w.Paused() {
+			b, _ := os.ReadFile(w.LogPath)
+			out[r.C.Endpoints[w.Name]] = RegisteredID(string(b))
+		}
+	}
+	return out
+}
+
+func (r *Runner) liveStores() []string {
+	var out []string
+	for _, s := range r.C.Stores {
+		if s.Running() && !s.Paused() {
+			out = append(out, r.C.StoreIDs[s.Name])
+		}
+	}
+	return out
+}
+
+func (r *Runner) storeReplicas(ctx context.Context) (map[string][]ReplicaKey, error) {
+	out := map[string][]ReplicaKey{}
+	for _, s := range r.C.Stores {
+		reps, err := StoreReplicas(ctx, r.C.Metrics[s.Name])
+		if err != nil {
+			return nil, err
+		}
+		out[r.C.StoreIDs[s.Name]] = reps
+	}
+	return out, nil
+}
+
+// healthy reads the cluster once: status exits 0 and the worker and
+// shard checks pass. It returns the read and what is still wrong.
+func (r *Runner) healthy(ctx context.Context) (StatusRead, []Violation) {
+	sr := r.status(ctx)
+	if sr.Code != 0 {
+		why := sr.Err
+		if sr.OK() {
+			why = strings.Join(sr.Status.Health.Problems, "; ")
+		}
+		return sr, []Violation{{"status", fmt.Sprintf("exit %d: %s", sr.Code, why)}}
+	}
+	v := Workers(sr.Status.Workers, r.runningWorkers(), r.probeEndpoints())
+	reps, err := r.storeReplicas(ctx)
+	if err != nil {
+		return sr, append(v, Violation{"metrics", err.Error()})
+	}
+	v = append(v, Shards(ShardsInput{Status: sr.Status, Shards: r.C.Cfg.Shards, Replicas: 3, LiveStores: r.liveStores(), StoreReplicas: reps})...)
+	return sr, v
+}
+
+// WaitHealthy polls until healthy or within passes; it returns how long
+// it took (-1: never) and the last problems.
+func (r *Runner) WaitHealthy(ctx context.Context, within time.Duration) (time.Duration, []Violation) {
+	start := time.Now()
+	deadline := start.Add(within)
+	for {
+		_, v := r.healthy(ctx)
+		if len(v) == 0 {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return -1, v
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond): // polling interval
+		}
+	}
+}
+
+// leader finds the meta leader from the replicas' /metrics: the running,
+// unpaused replica that says it leads, with the highest term.
+func (r *Runner) leader(ctx context.Context) *Proc {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var best *Proc
+		var bestTerm uint64
+		for _, m := range r.C.Metas {
+			if !m.Running() || m.Paused() {
+				continue
+			}
+			leading, term, err := MetaLeading(ctx, r.C.Metrics[m.Name])
+			if err == nil && leading && term > bestTerm {
+				best, bestTerm = m, term
+			}
+		}
+		if best != nil {
+			return best
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	return nil
+}
+
+type stepLog struct {
+	mu     sync.Mutex
+	start  time.Time
+	lines  []string
+	counts map[Fault]int
+	logf   func(string, ...any)
+}
+
+func (l *stepLog) add(f string, a ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := fmt.Sprintf("+%6.2fs ", time.Since(l.start).Seconds()) + fmt.Sprintf(f, a...)
+	l.lines = append(l.lines, line)
+	if l.logf != nil {
+		l.logf("%s", line)
+	}
+}
+
+func (l *stepLog) count(f Fault) {
+	l.mu.Lock()
+	l.counts[f]++
+	l.mu.Unlock()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func startQuiet(p *Proc) error {
+	if p.Running() {
+		return nil
+	}
+	p.Reap()
+	return p.Start()
+}
+
+// runStep injects one fault.
+func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
+	switch st.Fault {
+	case MetaLeaderKill, MetaLeaderPause:
+		m := r.leader(ctx)
+		if m == nil {
+			l.add("%s: no meta leader found; skipped", st.Fault)
+			return nil
+		}
+		l.count(st.Fault)
+		if st.Fault == MetaLeaderKill {
+			l.add("SIGKILL meta leader %s", m.Name)
+			if err := m.Kill(); err != nil {
+				return err
+			}
+			sleepCtx(ctx, st.Hold)
+			l.add("start %s", m.Name)
+			return startQuiet(m)
+		}
+		l.add("SIGSTOP meta leader %s", m.Name)
+		if err := m.Pause(); err != nil {
+			return err
+		}
+		sleepCtx(ctx, st.Hold)
+		l.add("SIGCONT %s", m.Name)
+		if m.Paused() {
+			return m.Resume()
+		}
+		return nil
+	case WorkerKill:
+		w := r.C.Workers[st.Target%len(r.C.Workers)]
+		l.count(st.Fault)
+		l.add("SIGKILL %s", w.Name)
+		if err := w.Kill(); err != nil {
+			return err
+		}
+		sleepCtx(ctx, st.Hold)
+		l.add("start %s at %s", w.Name, r.C.Endpoints[w.Name])
+		return startQuiet(w)
+	case StoreRapidRestart:
+		s := r.C.Stores[st.Target%len(r.C.Stores)]
+		l.count(st.Fault)
+		for i := range st.Repeat {
+			l.add("SIGKILL %s and start it (%d of %d)", s.Name, i+1, st.Repeat)
+			if err := s.Kill(); err != nil {
+				return err
+			}
+			if err := startQuiet(s); err != nil {
+				return err
+			}
+			sleepCtx(ctx, st.Hold)
+		}
+		return nil
+	case StoreReplaced:
+		s := r.C.Stores[st.Target%len(r.C.Stores)]
+		id := r.C.StoreIDs[s.Name]
+		l.count(st.Fault)
+		l.add("SIGKILL %s; down until its replicas are being replaced", s.Name)
+		if err := s.Kill(); err != nil {
+			return err
+		}
+		began := time.Now()
+		replaced := false
+		for !replaced && time.Since(began) < r.C.Cfg.StoreTimeout+20*time.Second && ctx.Err() == nil {
+			sleepCtx(ctx, 250*time.Millisecond) // polling interval
+			sr := r.C.ReadStatus(ctx)
+			if !sr.OK() {
+				continue
+			}
+			for _, sh := range sr.Status.Shards {
+				onIt := slices.Contains(mapValues(sh.Members), id)
+				if !onIt || sh.Operator != "" {
+					replaced = true
+				}
+			}
+		}
+		if replaced {
+			l.add("%s: replacement under way after %.1fs down; start it", s.Name, time.Since(began).Seconds())
+		} else {
+			l.add("%s: no replacement seen after %.1fs down; start it", s.Name, time.Since(began).Seconds())
+		}
+		if err := startQuiet(s); err != nil {
+			return err
+		}
+		sleepCtx(ctx, st.Hold)
+		l.add("SIGKILL %s again, %s into its return", s.Name, st.Hold.Round(time.Millisecond))
+		if err := s.Kill(); err != nil {
+			return err
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+		l.add("start %s", s.Name)
+		return startQuiet(s)
+	case NATSKill:
+		n := r.C.NATS[st.Target%len(r.C.NATS)]
+		l.count(st.Fault)
+		l.add("SIGKILL %s", n.Name)
+		if err := n.Kill(); err != nil {
+			return err
+		}
+		sleepCtx(ctx, st.Hold)
+		l.add("start %s", n.Name)
+		return startQuiet(n)
+	}
+	return fmt.Errorf("unknown fault %q", st.Fault)
+}
+
+func mapValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// Run runs one schedule: its faults (each in its own goroutine, started
+// at its offset), then the heal, the wait for health, and every check.
+// dir receives the schedule's export, its history and its step log.
+func (r *Runner) Run(ctx context.Context, s Schedule, index int, dir string) Result {
+	res := Result{Schedule: s, Index: index, Dir: dir}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Violations = append(res.Violations, Violation{"runner", err.Error()})
+		return res
+	}
+	if r.Rec != nil {
+		r.Rec.Reset()
+	}
+	l := &stepLog{start: time.Now(), counts: map[Fault]int{}, logf: r.Logf}
+	l.add("schedule %d: %s", index, s)
+
+	// Status reads all along, for the history (and to see reads work
+	// under faults).
+	rctx, stopReads := context.WithCancel(ctx)
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for rctx.Err() == nil {
+			r.status(rctx)
+			sleepCtx(rctx, 700*time.Millisecond)
+		}
+	}()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(s.Steps))
+	for _, st := range s.Steps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sleepCtx(ctx, st.At)
+			if err := r.runStep(ctx, st, l); err != nil {
+				errs <- fmt.Errorf("%s: %w", st, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		res.Violations = append(res.Violations, Violation{"runner", err.Error()})
+	}
+	restarted, err := r.C.Heal()
+	if err != nil {
+		res.Violations = append(res.Violations, Violation{"runner", "heal: " + err.Error()})
+	}
+	if len(restarted) > 0 {
+		l.add("heal: started %v (exited by themselves? see their logs)", restarted)
+	} else {
+		l.add("heal: every process runs")
+	}
+	took, last := r.WaitHealthy(ctx, r.RecoveryBound)
+	res.Recovery = took
+	if took >= 0 {
+		l.add("healthy %.2fs after the heal", took.Seconds())
+	} else {
+		l.add("not healthy within %s: %v", r.RecoveryBound, last)
+	}
+	stopReads()
+	readers.Wait()
+	res.Violations = append(res.Violations, Recovered(took, r.RecoveryBound)...)
+	if took < 0 {
+		for _, v := range last {
+			res.Violations = append(res.Violations, v)
+		}
+	}
+
+	// The checks, from the outside.
+	res.Violations = append(res.Violations, r.check(ctx, dir)...)
+	if r.Rec != nil {
+		if err := r.Rec.Save(filepath.Join(dir, "history.jsonl")); err != nil {
+			res.Violations = append(res.Violations, Violation{"runner", err.Error()})
+		}
+		if r.CheckHistory != nil {
+			res.Violations = append(res.Violations, r.CheckHistory(r.Rec.Ops(), dir)...)
+		}
+	}
+	res.Executed = l.counts
+	for _, v := range res.Violations {
+		l.add("VIOLATION %s", v)
+	}
+	res.Events = l.lines
+	_ = os.WriteFile(filepath.Join(dir, "steps.txt"), []byte(strings.Join(l.lines, "\n")+"\n"), 0o644)
+	return res
+}
+
+// check collects the cluster's state from the outside and runs the checks.
+func (r *Runner) check(ctx context.Context, dir string) []Violation {
+	var out []Violation
+	export := filepath.Join(dir, "export.jsonl")
+	evs, err := r.C.Export(ctx, export)
+	if err != nil {
+		out = append(out, Violation{CheckLog, err.Error()})
+	} else {
+		rc, err := r.C.ReplayCheck(ctx, export)
+		if err != nil {
+			out = append(out, Violation{CheckLog, err.Error()})
+		}
+		out = append(out, LogContiguous(evs, rc.Code, rc.Stdout+rc.Stderr)...)
+		out = append(out, OneWriterPerTerm(evs)...)
+	}
+	sr, v := r.healthy(ctx)
+	if sr.OK() {
+		out = append(out, v...)
+	} else {
+		out = append(out, Violation{"status", fmt.Sprintf("exit %d: %s", sr.Code, sr.Err)})
+	}
+	logs := map[string]string{}
+	for _, p := range r.C.All() {
+		b, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			out = append(out, Violation{CheckPanics, err.Error()})
+			continue
+		}
+		logs[p.Name] = string(b)
+	}
+	out = append(out, NoPanics(logs)...)
+	return out
+}
