@@ -265,3 +265,89 @@ func TestBadArguments(t *testing.T) {
 		t.Fatal("isolate of an unknown node accepted")
 	}
 }
+
+// startListener runs the helper listener at addr inside nd until the test ends.
+func startListener(t *testing.T, nd *Node, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ln := helperCmd(ctx, nd, "listen "+addr)
+	stdout, err := ln.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = ln.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("listener: %q %v", line, err)
+	}
+}
+
+// greetFrom is greet, dialled from inside nd by this process.
+func greetFrom(nd *Node, addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := nd.Dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "hi\n" {
+		return fmt.Errorf("read %q: %v", line, err)
+	}
+	return nil
+}
+
+func TestRelay(t *testing.T) {
+	n := newNet(t)
+	ctx := context.Background()
+	a, err := n.Add(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.Add(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A server on a's loopback only, and a relay on a's address.
+	startListener(t, a, "127.0.0.1:7000")
+	r, err := a.Relay(a.IP+":7001", "127.0.0.1:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := greetFrom(b, "127.0.0.1:7000"); err == nil {
+		t.Fatal("b reaches a's loopback")
+	}
+	if err := greetFrom(b, r.Addr()); err != nil {
+		t.Fatalf("b through the relay: %v", err)
+	}
+	if ok, out := reach(ctx, b, r.Addr()); !ok {
+		t.Fatalf("a process in b through the relay: %s", out)
+	}
+	if err := n.Cut(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := greetFrom(b, r.Addr()); err == nil {
+		t.Fatal("b reaches the relay after Cut(a, b)")
+	}
+	if err := n.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for greetFrom(b, r.Addr()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("b does not reach the relay 10 s after Heal")
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := greetFrom(b, r.Addr()); err == nil {
+		t.Fatal("the relay answers after Close")
+	}
+}
