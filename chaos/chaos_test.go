@@ -19,12 +19,12 @@ import (
 
 var (
 	flagSeed      = flag.Uint64("seed", 0, "seed of the first schedule (0: from the clock, printed); schedule i uses seed+i [$TERMLOG_CHAOS_SEED]")
-	flagSchedules = flag.Int("schedules", 0, "schedules per topology (default 2 per topology) [$TERMLOG_CHAOS_SCHEDULES]")
+	flagSchedules = flag.Int("schedules", 0, "schedules per topology (default 3) [$TERMLOG_CHAOS_SCHEDULES]")
 	flagTopology  = flag.String("topology", "", "standalone, r3 or both (default both) [$TERMLOG_CHAOS_TOPOLOGY]")
 	flagDir       = flag.String("dir", "", "keep every schedule's logs, exports and histories under this dir (default: a temp dir, kept only when a schedule fails) [$TERMLOG_CHAOS_DIR]")
 	flagBound     = flag.Duration("recovery-bound", 60*time.Second, "a healed cluster must be healthy within this [$TERMLOG_CHAOS_RECOVERY_BOUND]")
 	flagFresh     = flag.Int("fresh-every", 0, "start a fresh cluster every N schedules (0: one cluster per topology) [$TERMLOG_CHAOS_FRESH_EVERY]")
-	flagRace      = flag.Bool("race-bin", false, "build the binary with -race [$TERMLOG_CHAOS_RACE]")
+	flagRace      = flag.Bool("race-bin", raceEnabled, "build the binary with -race (default: when the test runs with -race) [$TERMLOG_CHAOS_RACE]")
 )
 
 func TestMain(m *testing.M) {
@@ -116,7 +116,7 @@ func TestChaos(t *testing.T) {
 	}
 	n := *flagSchedules
 	if n <= 0 {
-		n = 2
+		n = 3
 	}
 	seed := *flagSeed
 	if seed == 0 {
@@ -205,7 +205,7 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
-			r = &Runner{C: c, Rec: rec, RecoveryBound: *flagBound, Logf: t.Logf, CheckHistory: historyChecker}
+			r = &Runner{C: c, Rec: rec, RecoveryBound: *flagBound, Settle: cfg.StoreTimeout, Logf: t.Logf, CheckHistory: HistoryChecker(cfg.WorkerTimeout)}
 			began := time.Now()
 			if took, v := r.WaitHealthy(ctx, 120*time.Second); took < 0 {
 				t.Fatalf("%s cluster %d not healthy 120s after start: %v (logs in %s)", top, gen, v, c.LogDir())
@@ -245,7 +245,3 @@ func joinViolations(vs []Violation) string {
 	}
 	return strings.Join(s, "\n    ")
 }
-
-// historyChecker checks the recorded history (set once chaos/history is
-// wired in).
-var historyChecker func(ops []Op, dir string) []Violation

@@ -137,19 +137,16 @@ func (p *Probe) sleep(ctx context.Context, d time.Duration) {
 }
 
 // call sends one request (no retry), waits at most a second, and records
-// it. A shutdown of the probe itself mid-request is not recorded.
+// it: a refusal's code, ok, or unknown when no reply came.
 func (p *Probe) call(ctx context.Context, kind OpKind, rpc string, req any, op Op) (Op, client.Reply) {
 	op.Client, op.Kind = p.Name, kind
 	body, _ := json.Marshal(req)
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	op.Invoke = time.Now()
+	returned := p.rec.Invoke(op)
 	msg, err := p.nc.RequestWithContext(rctx, client.RPCSubject("termlog", rpc), body)
-	op.Return = time.Now()
 	cancel()
 	var rep client.Reply
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return op, rep
 	case errors.Is(err, nats.ErrNoResponders):
 		op.Outcome = "no_responders" // nobody served the subject: nothing happened
 	case err != nil:
@@ -164,6 +161,6 @@ func (p *Probe) call(ctx context.Context, kind OpKind, rpc string, req any, op O
 		}
 		op.ReplyID, op.ReplyEpoch, op.Term = rep.ID, rep.Epoch, rep.Term
 	}
-	p.rec.Record(op)
+	returned(op)
 	return op, rep
 }

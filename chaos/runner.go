@@ -16,7 +16,11 @@ type Runner struct {
 	C             *Cluster
 	Rec           *OpLog
 	RecoveryBound time.Duration
-	Logf          func(format string, args ...any)
+	// Settle is how long the cluster must stay healthy to count as
+	// recovered (the store timeout: by then the leader has seen every
+	// restart).
+	Settle time.Duration
+	Logf   func(format string, args ...any)
 	// CheckHistory, when set, checks the operations recorded during a
 	// schedule; dir is where it may save a visualisation.
 	CheckHistory func(ops []Op, dir string) []Violation
@@ -74,16 +78,18 @@ func (r *Runner) probeEndpoints() []string {
 
 // status reads `status -o json` and records the read.
 func (r *Runner) status(ctx context.Context) StatusRead {
-	sr := r.C.ReadStatus(ctx)
-	if r.Rec != nil && ctx.Err() == nil {
-		op := Op{Client: "status", Kind: OpStatus, Invoke: sr.Invoke, Return: sr.Return, Outcome: OutcomeOK}
-		if sr.OK() {
-			op.Seq, op.Workers = sr.Status.Seq, sr.Status.Workers
-		} else {
-			op.Outcome = OutcomeUnknown
-		}
-		r.Rec.Record(op)
+	if r.Rec == nil {
+		return r.C.ReadStatus(ctx)
 	}
+	returned := r.Rec.Invoke(Op{Client: "status", Kind: OpStatus})
+	sr := r.C.ReadStatus(ctx)
+	op := Op{Client: "status", Kind: OpStatus, Outcome: OutcomeOK}
+	if sr.OK() {
+		op.Seq, op.Workers = sr.Status.Seq, sr.Status.Workers
+	} else {
+		op.Outcome = OutcomeUnknown
+	}
+	returned(op)
 	return sr
 }
 
@@ -142,17 +148,29 @@ func (r *Runner) healthy(ctx context.Context) (StatusRead, []Violation) {
 	return sr, v
 }
 
-// WaitHealthy polls until healthy or within passes; it returns how long
-// it took (-1: never) and the last problems.
+// WaitHealthy polls until the cluster is healthy and stays so for
+// r.Settle (a read right after a restart can still reflect the state
+// before it: the leader marks a store down only after the store timeout,
+// so a store killed again a second ago is still "running" in its record).
+// It returns how long after the call the healthy stretch began (-1: none
+// within within) and the last problems.
 func (r *Runner) WaitHealthy(ctx context.Context, within time.Duration) (time.Duration, []Violation) {
 	start := time.Now()
 	deadline := start.Add(within)
+	var since time.Time // start of the current healthy stretch
 	for {
+		read := time.Now()
 		_, v := r.healthy(ctx)
-		if len(v) == 0 {
-			return time.Since(start), nil
+		switch {
+		case len(v) > 0:
+			since = time.Time{}
+		case since.IsZero():
+			since = read
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if !since.IsZero() && time.Since(since) >= r.Settle {
+			return since.Sub(start), nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline.Add(r.Settle)) || (since.IsZero() && time.Now().After(deadline)) {
 			return -1, v
 		}
 		select {
@@ -414,7 +432,7 @@ func (r *Runner) Run(ctx context.Context, s Schedule, index int, dir string) Res
 	// The checks, from the outside.
 	res.Violations = append(res.Violations, r.check(ctx, dir)...)
 	if r.Rec != nil {
-		if err := r.Rec.Save(filepath.Join(dir, "history.jsonl")); err != nil {
+		if err := r.Rec.Save(filepath.Join(dir, "ops.jsonl")); err != nil {
 			res.Violations = append(res.Violations, Violation{"runner", err.Error()})
 		}
 		if r.CheckHistory != nil {
