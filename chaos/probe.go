@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,10 +33,17 @@ type Probe struct {
 	rec   Recorder
 	rng   *rand.Rand
 
+	quiet atomic.Bool // no deregistration (while the runner checks a healed cluster)
+
 	mu  sync.Mutex
 	ref client.WorkerRef
 	inc int
 }
+
+// Quiet stops (true) or resumes (false) the probe's deregistrations, so a
+// healed cluster is not made degraded by the probe's own churn while the
+// runner waits for it to be healthy and checks it.
+func (p *Probe) Quiet(q bool) { p.quiet.Store(q) }
 
 // NewProbe connects a probe with the worker role's key and listens on a
 // free port of 127.0.0.1.
@@ -95,7 +103,7 @@ func (p *Probe) Run(ctx context.Context) {
 			continue
 		}
 		p.sleep(ctx, 300*time.Millisecond+time.Duration(p.rng.Int64N(int64(400*time.Millisecond))))
-		if p.rng.IntN(25) == 0 {
+		if p.rng.IntN(25) == 0 && !p.quiet.Load() {
 			op, _ := p.call(ctx, OpDeregister, client.RPCDeregister, ref, refOp(ref, p.Endpoint))
 			if op.Outcome == OutcomeOK || op.Outcome == client.CodeReregister {
 				p.forget(ref)
