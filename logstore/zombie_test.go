@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // recorder is an Actuator that records every action it applies.
@@ -35,7 +35,7 @@ func (r *recorder) actions() []Action {
 // storeProc is the store side of one store process: its projector over the
 // stream and its reconciler, both joined by stop.
 type storeProc struct {
-	proj   *client.Projector
+	proj   *view.Projector
 	rec    *Reconciler
 	act    *recorder
 	cancel context.CancelFunc
@@ -46,7 +46,7 @@ func startStore(t *testing.T, log events.Log, h *Host) *storeProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &storeProc{
-		proj:   client.NewProjector(log, testLogger(t), nil),
+		proj:   view.NewProjector(log, testLogger(t), nil),
 		act:    &recorder{Host: h},
 		cancel: cancel,
 	}

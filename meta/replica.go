@@ -15,8 +15,8 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Failpoint names.
@@ -115,7 +115,7 @@ func (c *Config) defaults() error {
 type Replica struct {
 	cfg  Config
 	log  zerolog.Logger
-	proj *client.Projector
+	proj *view.Projector
 
 	mu         sync.Mutex
 	leader     *leaderSession // nil when following
@@ -149,7 +149,7 @@ func New(cfg Config) (*Replica, error) {
 	return &Replica{
 		cfg:      cfg,
 		log:      lg,
-		proj:     client.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
+		proj:     view.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
 		stepDown: make(chan struct{}, 1),
 	}, nil
 }
@@ -161,7 +161,7 @@ func (r *Replica) ID() string { return r.cfg.ID }
 func (r *Replica) Log() events.Log { return r.cfg.Log }
 
 // Projector is the replica's projection of the stream.
-func (r *Replica) Projector() *client.Projector { return r.proj }
+func (r *Replica) Projector() *view.Projector { return r.proj }
 
 // View is the replica's projected state (read-only).
 func (r *Replica) View() *projections.State { return r.proj.View() }

@@ -12,6 +12,7 @@ import (
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // TestForgedAndCorruptEventsSkippedAlike: a stale-term event appended
@@ -99,7 +100,7 @@ func TestForgedAndCorruptEventsSkippedAlike(t *testing.T) {
 		t.Fatalf("replay --rejected does not list the forged event at seq %d", forged)
 	}
 	// A fresh one-shot fold of the stream sees the same.
-	loaded, err := client.Load(ctx, lg)
+	loaded, err := view.Load(ctx, lg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // TestPermSecureClusterRuns runs a whole cluster with every connection
@@ -74,7 +75,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	var st, want *projections.State
 	eventually(t, 20*time.Second, "the observer's load at the replicas' seq", func() bool {
 		var err error
-		if st, err = client.Load(ctx, lg); err != nil {
+		if st, err = view.Load(ctx, lg); err != nil {
 			t.Fatalf("observer load: %v", err)
 		}
 		want = converged(t, lg, m1, m2)
@@ -96,7 +97,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s binds the snapshot bucket: %v", role, err)
 		}
-		st, origin, err := client.LoadFrom(ctx, rl, snaps, testLogger(t), nil)
+		st, origin, err := view.LoadFrom(ctx, rl, snaps, testLogger(t), nil)
 		if err != nil {
 			t.Fatalf("%s loads from a snapshot: %v", role, err)
 		}
@@ -344,7 +345,7 @@ func TestPermStoreDenied(t *testing.T) {
 	lg := f.c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if st, err := client.Load(ctx, lg); err != nil || st.Seq != 2 {
+	if st, err := view.Load(ctx, lg); err != nil || st.Seq != 2 {
 		t.Fatalf("store reads the stream: seq %d, %v", st.Seq, err)
 	}
 }
@@ -355,7 +356,7 @@ func TestPermObserverReadsOnly(t *testing.T) {
 	lg := f.c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	st, err := client.Load(ctx, lg)
+	st, err := view.Load(ctx, lg)
 	if err != nil {
 		t.Fatalf("observer load: %v", err)
 	}
@@ -447,7 +448,7 @@ func TestPermTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if st, err := client.Load(ctx, c.openLogWith(obs, natslog.Config{Cluster: cluster, Bind: true})); err != nil || st.Seq != 1 {
+	if st, err := view.Load(ctx, c.openLogWith(obs, natslog.Config{Cluster: cluster, Bind: true})); err != nil || st.Seq != 1 {
 		t.Fatalf("observer over TLS: seq %d, %v", st.Seq, err)
 	}
 

@@ -20,9 +20,9 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Status is what `termlog status --json` prints: read from the stream and
@@ -83,7 +83,7 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
 	}
-	st, origin, err := client.LoadFrom(ctx, lg, store, logger, clock.Real{})
+	st, origin, err := view.LoadFrom(ctx, lg, store, logger, clock.Real{})
 	if err != nil {
 		return Status{}, err
 	}

@@ -1022,7 +1022,7 @@ const (
 	bugPendingDeadlock
 	// bugPrefix: after a NATS outage a store's reconciler plans on the
 	// first events it folds again (logstore.Reconciler catches up with the
-	// stream only once, before its first plan; client.Projector is
+	// stream only once, before its first plan; view.Projector is
 	// healthy again at the first event): a replica removed during the
 	// outage is still a member in that prefix and is started.
 	bugPrefix
@@ -1531,7 +1531,7 @@ func TestSimulationPendingRemovalDeadlock(t *testing.T) {
 // TestSimulationPrefixPlan: bugPrefix. A store that lost NATS plans again
 // on the first events it folds after the outage: logstore.Reconciler
 // catches up with the stream (CatchUp) only once, before its first plan,
-// and client.Projector reports healthy again at the first event folded. A
+// and view.Projector reports healthy again at the first event folded. A
 // replica removed during the outage is still a member in that prefix, so
 // the store starts it (here: bootstraps it with the initial membership).
 func TestSimulationPrefixPlan(t *testing.T) {

@@ -1,4 +1,4 @@
-package client_test
+package view_test
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/eventgen"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -66,11 +66,11 @@ func putState(t *testing.T, store events.SnapshotStore, log events.Log, seq uint
 
 // catchUp runs a fresh projector with opts until it folded the tail, and
 // returns its state and origin.
-func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...client.ProjectorOption) (*projections.State, client.Origin) {
+func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...view.ProjectorOption) (*projections.State, view.Origin) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p := client.NewProjector(log, lg, nil, opts...)
+	p := view.NewProjector(log, lg, nil, opts...)
 	pctx, stop := startProjector(ctx, p)
 	v, err := p.CatchUp(pctx)
 	stop()
@@ -96,7 +96,7 @@ func TestProjectorFromSnapshotSameHash(t *testing.T) {
 	for _, cut := range []uint64{1, 213, 1500, 2999, n} {
 		store := events.NewMemSnapshots(log)
 		putState(t, store, log, cut)
-		got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
+		got, o := catchUp(t, log, zerolog.Nop(), view.WithSnapshots(store))
 		if got.Hash() != want.Hash() {
 			t.Fatalf("from the snapshot at %d: hash %s, want %s", cut, got.Hash(), want.Hash())
 		}
@@ -157,7 +157,7 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), client.WithSnapshots(store))
+			got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), view.WithSnapshots(store))
 			if got.Hash() != want {
 				t.Fatalf("hash %s, want %s", got.Hash(), want)
 			}
@@ -176,7 +176,7 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1200, Hash: "bad", Rules: rules}, otherData); err != nil {
 		t.Fatal(err)
 	}
-	got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
+	got, o := catchUp(t, log, zerolog.Nop(), view.WithSnapshots(store))
 	if got.Hash() != want || o.Snapshot != nil || o.Folded != n {
 		t.Fatalf("only a bad snapshot: hash %s (want %s), origin %+v", got.Hash(), want, o)
 	}
@@ -202,7 +202,7 @@ func TestProjectorFromSnapshotAtTailReleasesWaiters(t *testing.T) {
 		log := mixLog(t, n)
 		store := events.NewMemSnapshots(log)
 		putState(t, store, log, n)
-		p := client.NewProjector(log, zerolog.Nop(), nil, client.WithSnapshots(store))
+		p := view.NewProjector(log, zerolog.Nop(), nil, view.WithSnapshots(store))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		awaited := make(chan error, 1)
@@ -254,7 +254,7 @@ func TestLoadFromSnapshot(t *testing.T) {
 	log := mixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	putState(t, store, log, 600)
-	st, o, err := client.LoadFrom(context.Background(), log, store, zerolog.Nop(), &stepClock{now: eventgen.Base()})
+	st, o, err := view.LoadFrom(context.Background(), log, store, zerolog.Nop(), &stepClock{now: eventgen.Base()})
 	if err != nil {
 		t.Fatal(err)
 	}
