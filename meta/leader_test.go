@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -312,8 +312,8 @@ func TestImpersonationRefused(t *testing.T) {
 // nor expires a worker whose deadline passed meanwhile; once the connection
 // is back every worker gets a fresh full timeout before anything expires.
 func TestOutageStopsLeaderActions(t *testing.T) {
-	cfg := natslog.ServerConfig{DataDir: t.TempDir()}
-	srv, err := natslog.StartServer(cfg)
+	cfg := natsserver.ServerConfig{DataDir: t.TempDir()}
+	srv, err := natsserver.StartServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 
 	// NATS is back: a fresh full timeout first, then expiry works again.
 	cfg.Port = portOf(t, url)
-	if srv, err = natslog.StartServer(cfg); err != nil {
+	if srv, err = natsserver.StartServer(cfg); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the connection to come back", nc.IsConnected)

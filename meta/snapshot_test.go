@@ -14,6 +14,7 @@ import (
 	"github.com/termlog/termlog/events/eventgen"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -28,7 +29,7 @@ type snapCluster struct {
 
 func newSnapCluster(t *testing.T, n int) *snapCluster {
 	t.Helper()
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -55,8 +56,8 @@ const cluster = "termlog"
 
 type cluster_ struct {
 	t      *testing.T
-	srvCfg natslog.ServerConfig
-	srv    *natslog.Server
+	srvCfg natsserver.ServerConfig
+	srv    *natsserver.Server
 	// auth is the dir of the role keys the server requires; "" runs an
 	// open server and every connection may do anything.
 	auth string
@@ -80,7 +81,7 @@ func (c *cluster_) violations() []string {
 
 func newCluster(t *testing.T) *cluster_ {
 	t.Helper()
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir()}}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir()}}
 	c.startNATS()
 	return c
 }
@@ -91,7 +92,7 @@ func newClusterOnPort(t *testing.T) *cluster_ {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(freePort(t))
 	p, _ := strconv.Atoi(port)
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Port: p}}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir(), Port: p}}
 	c.startNATS()
 	return c
 }
@@ -102,21 +103,21 @@ func newClusterOnPort(t *testing.T) *cluster_ {
 func newSecureCluster(t *testing.T) *cluster_ {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "auth")
-	if _, err := natslog.InitAuth(dir); err != nil {
+	if _, err := natsserver.InitAuth(dir); err != nil {
 		t.Fatal(err)
 	}
-	a, err := natslog.LoadServerAuth(dir, cluster)
+	a, err := natsserver.LoadServerAuth(dir, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Auth: a}, auth: dir}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir(), Auth: a}, auth: dir}
 	c.startNATS()
 	return c
 }
 
 func (c *cluster_) startNATS() {
 	c.t.Helper()
-	srv, err := natslog.StartServer(c.srvCfg)
+	srv, err := natsserver.StartServer(c.srvCfg)
 	if err != nil {
 		c.t.Fatalf("start nats: %v", err)
 	}
@@ -137,12 +138,12 @@ func portOf(url string) int {
 // up reconnecting and never buffers a publish while reconnecting.
 func (c *cluster_) conn() *nats.Conn {
 	c.t.Helper()
-	return c.connAs(natslog.RoleAdmin)
+	return c.connAs(natsserver.RoleAdmin)
 }
 
 // connAs is conn authenticated as role (on an open server, role does not
 // matter).
-func (c *cluster_) connAs(role natslog.Role, opts ...nats.Option) *nats.Conn {
+func (c *cluster_) connAs(role natsserver.Role, opts ...nats.Option) *nats.Conn {
 	c.t.Helper()
 	record := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {
@@ -153,7 +154,7 @@ func (c *cluster_) connAs(role natslog.Role, opts ...nats.Option) *nats.Conn {
 	})
 	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1), record}, opts...)
 	if c.auth != "" {
-		ro, err := natslog.RoleOptions(c.auth, role)
+		ro, err := natsserver.RoleOptions(c.auth, role)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -207,7 +208,7 @@ type metaOpts struct {
 
 func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 	c.t.Helper()
-	nc := c.connAs(natslog.RoleMeta)
+	nc := c.connAs(natsserver.RoleMeta)
 	return runMeta(c.t, nc, c.openLog(nc), id, o)
 }
 
@@ -288,7 +289,7 @@ type workerNode struct {
 
 func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	return runWorker(c.t, c.connAs(natslog.RoleWorker), endpoint, incarnation, heartbeat)
+	return runWorker(c.t, c.connAs(natsserver.RoleWorker), endpoint, incarnation, heartbeat)
 }
 
 // runWorker runs a worker process on a connection of the caller's: its

@@ -11,11 +11,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -463,7 +463,7 @@ func TestHealthRecordTellsTheTruth(t *testing.T) {
 	m := c.startMeta("meta-1", o)
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
 	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
-	js, err := jetstream.New(c.connAs(natslog.RoleObserver))
+	js, err := jetstream.New(c.connAs(natsserver.RoleObserver))
 	if err != nil {
 		t.Fatal(err)
 	}

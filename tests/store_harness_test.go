@@ -12,6 +12,7 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -36,7 +37,7 @@ type storeNode struct {
 }
 
 func (c *cluster_) newStore(id string) *storeNode {
-	nc := c.connAs(natslog.RoleStore)
+	nc := c.connAs(natsserver.RoleStore)
 	// A store may only read the stream: it waits for a meta to create it.
 	lg := c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: c.auth != ""})
 	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: lg}

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // result is one run of the binary.
@@ -303,7 +303,7 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 
 	// A lease bucket without a TTL (made by an older termlog with
 	// --lease 0) is refused by a meta replica, and set-lease mends it.
-	nc, err := nats.Connect(url, mustRoleOptions(t, auth, natslog.RoleAdmin)...)
+	nc, err := nats.Connect(url, mustRoleOptions(t, auth, natsserver.RoleAdmin)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,9 +337,9 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 	srv.stop(t)
 }
 
-func mustRoleOptions(t *testing.T, dir string, role natslog.Role) []nats.Option {
+func mustRoleOptions(t *testing.T, dir string, role natsserver.Role) []nats.Option {
 	t.Helper()
-	o, err := natslog.RoleOptions(dir, role)
+	o, err := natsserver.RoleOptions(dir, role)
 	if err != nil {
 		t.Fatal(err)
 	}

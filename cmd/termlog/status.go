@@ -21,6 +21,7 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/sched"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/view"
 )
@@ -216,7 +217,7 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s, err := g.dialSession("termlog-status", natslog.RoleObserver)
+	s, err := g.dialSession("termlog-status", natsserver.RoleObserver)
 	if err != nil {
 		return Status{}, err
 	}

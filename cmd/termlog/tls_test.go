@@ -14,14 +14,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestPeerTLSFlags: how --tls and --tls-cert/--tls-key of meta, worker and
 // logstore resolve to the files of mutual TLS, and that NATS then uses TLS.
 func TestPeerTLSFlags(t *testing.T) {
 	auth := filepath.Join(t.TempDir(), "auth")
-	if _, err := natslog.InitTLS(filepath.Join(auth, "tls")); err != nil {
+	if _, err := natsserver.InitTLS(filepath.Join(auth, "tls")); err != nil {
 		t.Fatal(err)
 	}
 	want := dirTLSFiles(filepath.Join(auth, "tls"))
@@ -121,7 +121,7 @@ func TestCLIUpTLS(t *testing.T) {
 	port := freeTCPPort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := filepath.Join(data, "auth")
-	ca := filepath.Join(auth, "tls", natslog.TLSCAFile)
+	ca := filepath.Join(auth, "tls", natsserver.TLSCAFile)
 
 	p := startUp(t, bin, data, port, "--tls")
 	p.waitFor(t, "healthy after")
@@ -181,7 +181,7 @@ func TestCLIRolesTLS(t *testing.T) {
 	tlsEP := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 	tlsWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", tlsEP, "--tls"}, common...)...)
 	plainEP := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	plainWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", plainEP, "--tls-ca", filepath.Join(auth, "tls", natslog.TLSCAFile)}, common...)...)
+	plainWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", plainEP, "--tls-ca", filepath.Join(auth, "tls", natsserver.TLSCAFile)}, common...)...)
 
 	tlsWorker.waitIn(t, &tlsWorker.errOut, `"message":"control stream accepted"`)
 	for _, line := range strings.Split(tlsWorker.errOut.String(), "\n") {

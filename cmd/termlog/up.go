@@ -28,6 +28,7 @@ import (
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 type upOpts struct {
@@ -52,7 +53,7 @@ type upOpts struct {
 	// inUp: the replica runs in up (which has the admin key).
 	inUp bool
 	// sync is when the embedded NATS server fsyncs (--sync).
-	sync natslog.SyncPolicy
+	sync natsserver.SyncPolicy
 	// peer is mutual TLS on the control streams (meta) and Raft (logstore);
 	// zero: plaintext.
 	peer tlsFiles
@@ -230,7 +231,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	var metas []*meta.Replica
 	for i := 1; i <= o.metas; i++ {
 		id := fmt.Sprintf("meta-%d", i)
-		nc, err := srv.Connect(i-1, id, natslog.RoleMeta)
+		nc, err := srv.Connect(i-1, id, natsserver.RoleMeta)
 		if err != nil {
 			return err
 		}
@@ -244,7 +245,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		go func() { defer wg.Done(); _ = r.Run(runCtx) }()
 	}
 	for i := 1; i <= o.workers; i++ {
-		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i), natslog.RoleWorker)
+		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i), natsserver.RoleWorker)
 		if err != nil {
 			return err
 		}
@@ -257,7 +258,7 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	var stores []*logstore.Store
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
-		nc, err := srv.Connect(i-1, id, natslog.RoleStore)
+		nc, err := srv.Connect(i-1, id, natsserver.RoleStore)
 		if err != nil {
 			return err
 		}
@@ -573,7 +574,7 @@ func leaseFlag(f *pflag.FlagSet, ttl *time.Duration) {
 // upUpdateLease is up --update-lease: the lease bucket's TTL becomes ttl,
 // with the admin key, before any replica opens it.
 func upUpdateLease(ctx context.Context, srv *embeddedNATS, cluster string, ttl time.Duration, out io.Writer) error {
-	nc, err := srv.Connect(0, "termlog-up-admin", natslog.RoleAdmin)
+	nc, err := srv.Connect(0, "termlog-up-admin", natsserver.RoleAdmin)
 	if err != nil {
 		return err
 	}
