@@ -17,6 +17,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
@@ -378,7 +379,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	// NATS goes down; the worker's deadline passes while its heartbeats
 	// cannot arrive.
 	srv.Shutdown()
-	eventually(t, "the connection to notice", func() bool { return !nc.IsConnected() })
+	testkit.Eventually(t, 10*time.Second, "the connection to notice", func() bool { return !nc.IsConnected() })
 	tail, _ := log.Tail(ctx)
 	clk.Advance(11 * time.Second)
 	if err := l.expireOnce(ctx); err != nil {
@@ -397,7 +398,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	if srv, err = natsserver.StartServer(cfg); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the connection to come back", nc.IsConnected)
+	testkit.Eventually(t, 10*time.Second, "the connection to come back", nc.IsConnected)
 	clk.Advance(time.Second)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -418,17 +419,6 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	}
 	if got := workerList(l.r.proj.View()); got != "[]" {
 		t.Fatalf("silent worker not expired a full timeout after the outage: %s, want []", got)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

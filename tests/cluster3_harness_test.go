@@ -18,6 +18,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/natsserver"
 )
 
@@ -39,7 +40,7 @@ func newNATSCluster3(t *testing.T) *natsCluster3 {
 	var routes []string
 	ports := [3]int{}
 	for i := range ports {
-		_, p, _ := net.SplitHostPort(freePort(t))
+		_, p, _ := net.SplitHostPort(testkit.FreeAddr(t))
 		ports[i], _ = strconv.Atoi(p)
 		routes = append(routes, natsserver.RouteURL(ports[i]))
 	}
@@ -227,7 +228,7 @@ func (p *hookedPending) Wait(ctx context.Context) (uint64, error) {
 // connection dials urls.
 func (c *natsCluster3) startWorker(name, urls string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	return runWorker(c.t, c.connect(name, urls), freePort(c.t), name, heartbeat)
+	return runWorker(c.t, c.connect(name, urls), testkit.FreeAddr(c.t), name, heartbeat)
 }
 
 // streamLeader is the server name of stream's Raft leader ("" while there

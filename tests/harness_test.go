@@ -17,13 +17,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
@@ -90,7 +90,7 @@ func newCluster(t *testing.T) *cluster_ {
 // started again at the same URL.
 func newClusterOnPort(t *testing.T) *cluster_ {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(freePort(t))
+	_, port, _ := net.SplitHostPort(testkit.FreeAddr(t))
 	p, _ := strconv.Atoi(port)
 	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir(), Port: p}}
 	c.startNATS()
@@ -250,7 +250,7 @@ func runMeta(t *testing.T, nc *nats.Conn, lg *natslog.Log, id string, o metaOpts
 	r, err := meta.New(meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
-		Clock: o.clock, Logger: testLogger(t), Failpoints: fp, Scheduler: o.scheduler,
+		Clock: o.clock, Logger: testkit.Logger(t), Failpoints: fp, Scheduler: o.scheduler,
 		Snapshots: snaps, SnapshotEvery: o.snapshotEvery, Health: health,
 	})
 	if err != nil {
@@ -298,13 +298,13 @@ func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Dura
 func runWorker(t *testing.T, nc *nats.Conn, endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	t.Helper()
 	var w *client.Worker
-	agent, err := client.ListenAgent(endpoint, testLogger(t), func() client.WorkerRef { return w.Ref() })
+	agent, err := client.ListenAgent(endpoint, testkit.Logger(t), func() client.WorkerRef { return w.Ref() })
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err = client.NewWorker(nc, client.WorkerConfig{
 		Cluster: cluster, Incarnation: incarnation, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
-		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(t),
+		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testkit.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -321,36 +321,6 @@ func runWorker(t *testing.T, nc *nats.Conn, endpoint, incarnation string, heartb
 func (n *workerNode) stop() {
 	n.cancel()
 	n.wg.Wait()
-}
-
-// freePort returns a loopback host:port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func testLogger(t *testing.T) zerolog.Logger {
-	if testing.Verbose() {
-		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
-	}
-	return zerolog.Nop()
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 func leaderOf(nodes ...*metaNode) (*metaNode, uint64) {
@@ -371,7 +341,7 @@ func recoveredLeader(t *testing.T, within time.Duration, workers int, nodes ...*
 		leader *metaNode
 		term   uint64
 	)
-	eventually(t, within, fmt.Sprintf("a leader with %d running workers and recovery complete", workers), func() bool {
+	testkit.Eventually(t, within, fmt.Sprintf("a leader with %d running workers and recovery complete", workers), func() bool {
 		leader, term = leaderOf(nodes...)
 		if leader == nil || len(leader.View().ListWorkers()) != workers {
 			return false
@@ -387,11 +357,11 @@ func recoveredLeader(t *testing.T, within time.Duration, workers int, nodes ...*
 // expiry running. It adds one worker.expired event to the stream.
 func (c *cluster_) expiredCanary(t *testing.T, leader *metaNode) {
 	t.Helper()
-	canary := c.startWorker(freePort(t), "canary", 200*time.Millisecond)
-	eventually(t, 10*time.Second, "the canary registered", func() bool { return canary.w.Ref().ID != 0 })
+	canary := c.startWorker(testkit.FreeAddr(t), "canary", 200*time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the canary registered", func() bool { return canary.w.Ref().ID != 0 })
 	id := canary.w.Ref().ID
 	canary.stop()
-	eventually(t, 15*time.Second, "the canary expired by "+leader.ID(), func() bool {
+	testkit.Eventually(t, 15*time.Second, "the canary expired by "+leader.ID(), func() bool {
 		_, ok := leader.View().Worker(id)
 		return !ok
 	})
@@ -410,7 +380,7 @@ func currentRecovery(n *metaNode) (meta.Recovery, bool) {
 func converged(t *testing.T, lg *natslog.Log, nodes ...*metaNode) *projections.State {
 	t.Helper()
 	var v *projections.State
-	eventually(t, 10*time.Second, "views to converge", func() bool {
+	testkit.Eventually(t, 10*time.Second, "views to converge", func() bool {
 		tail, err := lg.Tail(context.Background())
 		if err != nil {
 			return false

@@ -20,6 +20,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/natsserver"
@@ -40,13 +41,13 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	m1 := c.startMeta("meta-1", o)
 	m2 := c.startMeta("meta-2", o)
 	c.storeSnapshots = true
-	c.startWorker(freePort(t), "w-1", 200*time.Millisecond)
-	c.startWorker(freePort(t), "w-2", 200*time.Millisecond)
+	c.startWorker(testkit.FreeAddr(t), "w-1", 200*time.Millisecond)
+	c.startWorker(testkit.FreeAddr(t), "w-2", 200*time.Millisecond)
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
 
 	healthy := func(what string) *metaNode {
 		var leader *metaNode
-		eventually(t, 60*time.Second, what, func() bool {
+		testkit.Eventually(t, 60*time.Second, what, func() bool {
 			l, _ := leaderOf(m1, m2)
 			if l == nil {
 				return false
@@ -74,7 +75,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	// The cluster keeps appending (leader observations, health); compare
 	// the observer's fold with the replicas' at the same seq.
 	var st, want *projections.State
-	eventually(t, 20*time.Second, "the observer's load at the replicas' seq", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the observer's load at the replicas' seq", func() bool {
 		var err error
 		if st, err = view.Load(ctx, lg); err != nil {
 			t.Fatalf("observer load: %v", err)
@@ -98,7 +99,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s binds the snapshot bucket: %v", role, err)
 		}
-		st, origin, err := view.LoadFrom(ctx, rl, snaps, testLogger(t), nil)
+		st, origin, err := view.LoadFrom(ctx, rl, snaps, testkit.Logger(t), nil)
 		if err != nil {
 			t.Fatalf("%s loads from a snapshot: %v", role, err)
 		}
@@ -119,7 +120,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	if rep, err := rpc(c.conn(), client.RPCStepDown, []byte("{}")); err != nil || rep.Error != nil {
 		t.Fatalf("stepdown: %v %v", err, rep.Error)
 	}
-	eventually(t, 30*time.Second, "the other meta leads", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the other meta leads", func() bool {
 		l, _ := leaderOf(m1, m2)
 		return l != nil && l != first
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/view"
 )
 
@@ -31,7 +32,7 @@ func compactAfterCheck(t *testing.T, log *events.MemLog, snap, before uint64) *e
 // folding the events after the gap onto the snapshot.
 func TestProjectorSnapshotCompactedFallsBack(t *testing.T) {
 	const n = 1000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := compactAfterCheck(t, log, 400, 600)
 	var logs bytes.Buffer
 	got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), view.WithSnapshots(store))
@@ -53,7 +54,7 @@ func TestProjectorSnapshotCompactedFallsBack(t *testing.T) {
 // LoadFrom does the same.
 func TestLoadFromSnapshotCompactedFallsBack(t *testing.T) {
 	const n = 1000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := compactAfterCheck(t, log, 400, 600)
 	var logs bytes.Buffer
 	got, o, err := view.LoadFrom(context.Background(), log, store, zerolog.New(&syncWriter{w: &logs}), nil)

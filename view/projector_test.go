@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/view"
 )
 
@@ -36,17 +37,6 @@ func startProjector(parent context.Context, p *view.Projector) (ctx context.Cont
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = p.Run(ctx) })
 	return ctx, func() { cancel(); wg.Wait() }
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestProjectorAwaitSeq: AwaitSeq returns once its seq is folded (not
@@ -76,7 +66,7 @@ func TestProjectorAwaitSeq(t *testing.T) {
 	changed := p.Changed()
 	appendTerm(t, log, 3)
 	<-changed
-	waitFor(t, "seq 3", func() bool { return p.Seq() == 3 })
+	testkit.Eventually(t, 10*time.Second, "seq 3", func() bool { return p.Seq() == 3 })
 	// Released waiters return nil even when their context ends later; this
 	// one must still be waiting.
 	ecancel()

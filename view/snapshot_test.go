@@ -15,26 +15,12 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/eventgen"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/view"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// mixLog is a MemLog holding n events of the generated mix, and the state
-// after each prefix the test asks for.
-func mixLog(t *testing.T, n int) *events.MemLog {
-	t.Helper()
-	mix, err := eventgen.Mix(n, 40)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := events.NewMemLog()
-	if _, err := log.Append(context.Background(), 0, mix.Events...); err != nil {
-		t.Fatal(err)
-	}
-	return log
-}
 
 // foldTo folds log from seq 1 to seq upTo (0: the tail).
 func foldTo(t *testing.T, log events.Log, upTo uint64) *projections.State {
@@ -84,7 +70,7 @@ func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...view.Proje
 // reaches the hash of a fold from seq 1, folding only the tail.
 func TestProjectorFromSnapshotSameHash(t *testing.T) {
 	const n = 3000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	want := foldTo(t, log, 0)
 	if want.Seq != n || want.Counters.Applied < n*9/10 {
 		t.Fatalf("mix folded to seq %d, %+v", want.Seq, want.Counters)
@@ -110,7 +96,7 @@ func TestProjectorFromSnapshotSameHash(t *testing.T) {
 // warning, and the newest good one below them is used.
 func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	const n = 2000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	want := foldTo(t, log, 0).Hash()
 	good := foldTo(t, log, 800)
 	other := foldTo(t, log, 1200)
@@ -199,7 +185,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 func TestProjectorFromSnapshotAtTailReleasesWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 300
-		log := mixLog(t, n)
+		log := testkit.MixLog(t, n)
 		store := events.NewMemSnapshots(log)
 		putState(t, store, log, n)
 		p := view.NewProjector(log, zerolog.Nop(), nil, view.WithSnapshots(store))
@@ -251,7 +237,7 @@ func (c *stepClock) After(d time.Duration) <-chan time.Time { return time.After(
 // clock it is given.
 func TestLoadFromSnapshot(t *testing.T) {
 	const n = 1000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	putState(t, store, log, 600)
 	st, o, err := view.LoadFrom(context.Background(), log, store, zerolog.Nop(), &stepClock{now: eventgen.Base()})

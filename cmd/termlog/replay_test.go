@@ -20,6 +20,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections/projtest"
 	"github.com/termlog/termlog/replay"
@@ -505,7 +506,7 @@ func TestCLIUpToScript(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := t.TempDir()
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := filepath.Join(data, "auth")
 	p := startUp(t, bin, data, port)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/natsserver"
 )
 
@@ -39,12 +40,7 @@ func start3(t *testing.T, base natsserver.ServerConfig) ([]*natsserver.Server, [
 	var ports []int
 	var routes []string
 	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
+		ports = append(ports, testkit.FreePort(t))
 		routes = append(routes, natsserver.RouteURL(ports[len(ports)-1]))
 	}
 	var srvs []*natsserver.Server

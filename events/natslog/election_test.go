@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/natsserver"
 )
@@ -199,12 +199,7 @@ func start3Restartable(t testing.TB, base natsserver.ServerConfig) (*cluster3, [
 	var ports [3][2]int
 	for i := range ports {
 		for j := range ports[i] {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ports[i][j] = ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
+			ports[i][j] = testkit.FreePort(t)
 		}
 		routes = append(routes, natsserver.RouteURL(ports[i][1]))
 	}
