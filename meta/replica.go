@@ -67,6 +67,23 @@ type Config struct {
 	Clock        clock.Clock
 	Logger       zerolog.Logger
 	Failpoints   *failpoint.Set
+	// OnTerm, when set, is called at each phase of every term this replica
+	// leads (open.go): how the bench and tests observe a failover without
+	// reading log text. It runs on the leader's goroutines, some holding a
+	// lock: it must return at once and must not call the replica.
+	OnTerm func(TermEvent)
+
+	// Read by Open only:
+
+	// Replicas is the replica count of the stream and the buckets Open
+	// creates; default 1.
+	Replicas int
+	// NoHealth: Open makes no health bucket, and the leader publishes no
+	// health record (the bench, whose figures predate the record).
+	NoHealth bool
+	// Wait runs each of Open's steps (what names it): a daemon retries
+	// until JetStream answers and says it is waiting. Nil: each runs once.
+	Wait func(ctx context.Context, what string, open func(context.Context) error) error
 }
 
 func (c *Config) defaults() error {
@@ -261,6 +278,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 	})
 	lg := l.logger
 	lg.Info().Msg("lease acquired")
+	r.onTerm(term, TermAcquired, "")
 
 	r.mu.Lock()
 	r.leader = l
@@ -293,6 +311,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		l.lose(fmt.Sprintf("start term: %v", err))
 	} else {
 		termStarted = true
+		r.onTerm(term, TermStarted, "")
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
@@ -326,6 +345,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
+	r.onTerm(term, TermEnded, reason)
 	return reason
 }
 

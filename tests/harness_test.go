@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
@@ -217,44 +216,33 @@ func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 // o.wrapLog, if set, wraps the log the replica appends to.
 func runMeta(t *testing.T, nc *nats.Conn, lg *natslog.Log, id string, o metaOpts) *metaNode {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if o.lease <= 0 {
 		o.lease = 3 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lease, err := meta.OpenKVLease(ctx, js, cluster, o.lease, max(o.leaseReplicas, 1))
-	if err != nil {
-		t.Fatalf("lease: %v", err)
-	}
 	var log events.Log = lg
 	if o.wrapLog != nil {
 		log = o.wrapLog(lg)
 	}
 	var snaps events.SnapshotStore
 	if o.snapshotEvery > 0 {
+		// Next to the stream itself, not the wrapped log.
 		s, err := natslog.OpenSnapshots(ctx, lg)
 		if err != nil {
 			t.Fatalf("snapshots: %v", err)
 		}
 		snaps = s
 	}
-	health, err := meta.OpenHealthKV(ctx, js, cluster, max(o.leaseReplicas, 1))
-	if err != nil {
-		t.Fatalf("health bucket: %v", err)
-	}
 	fp := failpoint.New()
-	r, err := meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
+	r, err := meta.Open(ctx, nc, meta.Config{
+		ID: id, Cluster: cluster, Log: log, LeaseTTL: o.lease, Replicas: o.leaseReplicas,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
 		Clock: o.clock, Logger: testkit.Logger(t), Failpoints: fp, Scheduler: o.scheduler,
-		Snapshots: snaps, SnapshotEvery: o.snapshotEvery, Health: health,
+		Snapshots: snaps, SnapshotEvery: o.snapshotEvery,
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("open %s: %v", id, err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
 	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}

@@ -410,11 +410,11 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if o.inUp {
 		fix = "`termlog up --lease %s --update-lease`"
 	}
+	// The lease is opened here, not by meta.Open: without --lease the
+	// replica takes the cluster's, and a mismatch is explained with fix.
 	var (
-		lease  meta.Lease
-		ttl    time.Duration
-		snaps  events.SnapshotStore
-		health *meta.HealthKV
+		lease meta.Lease
+		ttl   time.Duration
 	)
 	if err := waitJetStream(ctx, lg, "the lease bucket "+meta.LeaseBucket(cluster), func(ctx context.Context) error {
 		var err error
@@ -423,29 +423,18 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	}); err != nil {
 		return nil, err
 	}
-	if err := waitJetStream(ctx, lg, "the snapshot bucket "+natslog.SnapshotBucket(cluster), func(ctx context.Context) error {
-		var err error
-		snaps, err = openSnapshots(ctx, log, o.snapEvery != 0)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitJetStream(ctx, lg, "the health bucket "+meta.HealthBucket(cluster), func(ctx context.Context) error {
-		var err error
-		health, err = meta.OpenHealthKV(ctx, js, cluster, o.replicas)
-		return err
-	}); err != nil {
-		return nil, err
-	}
 	controlTLS, err := o.peer.config()
 	if err != nil {
 		return nil, err
 	}
-	return meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: ttl,
+	return meta.Open(ctx, nc, meta.Config{
+		ID: id, Cluster: cluster, Log: log, Lease: lease, LeaseTTL: ttl, Replicas: o.replicas,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps, ControlTLS: controlTLS,
 		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
-		SnapshotEvery: o.snapEvery, Snapshots: snaps, Health: health,
+		SnapshotEvery: o.snapEvery,
+		Wait: func(ctx context.Context, what string, open func(context.Context) error) error {
+			return waitJetStream(ctx, lg, what, open)
+		},
 	})
 }
 
@@ -525,19 +514,6 @@ func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster
 func snapshotFlag(f *pflag.FlagSet, every *int) {
 	f.IntVar(every, "snapshot-every", meta.DefaultSnapshotEvery,
 		"the meta leader stores a snapshot of its projection every N events and on clean shutdown, in the object store <cluster>_snapshots; replicas and stores start from the newest one (0: no snapshots)")
-}
-
-// openSnapshots opens the snapshot bucket next to log for a meta replica,
-// creating it when missing; nil when snapshots are off.
-func openSnapshots(ctx context.Context, log *natslog.Log, on bool) (events.SnapshotStore, error) {
-	if !on {
-		return nil, nil
-	}
-	s, err := natslog.OpenSnapshots(ctx, log)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // readSnapshots binds the snapshot bucket next to log for a reader (a
