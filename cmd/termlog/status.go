@@ -181,7 +181,7 @@ func printStatus(w io.Writer, s Status) {
 			for _, r := range sortedIDs(sh.Members) {
 				members += fmt.Sprintf(" %d@%s", r, sh.Members[r])
 				for _, st := range s.Stores {
-					if st.ID == sh.Members[r] && st.State == "down" {
+					if st.ID == sh.Members[r] && st.State == events.StoreDown {
 						down++
 					}
 				}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,11 +12,14 @@ import (
 	"github.com/termlog/termlog/meta/client"
 )
 
-// agentConn is the worker end of a control stream, in memory: it answers
-// every barrier with an ack, as client.Agent does, without a goroutine or a
-// socket of its own. 10,000 real agents would need 30,000 file descriptors
-// in one process; the leader's side (its session reader goroutine, the
-// hello, the barrier, the ack) is unchanged.
+// agentConn is the worker end of a control stream, in memory: it decodes,
+// answers and encodes each message with client.Agent's own functions
+// (DecodeControl, Answer, AppendControl), without a goroutine or a socket
+// of its own. 10,000 real agents would need 30,000 file descriptors in one
+// process, and their goroutines would count in the memory figure; the
+// leader's side (its session reader goroutine, the hello, the barrier, the
+// ack) is unchanged. It does not check the hello: a simulated worker has
+// no registration of its own to check it against.
 type agentConn struct {
 	endpoint string
 
@@ -49,10 +51,13 @@ func (c *agentConn) Write(b []byte) (int, error) {
 		}
 		m, err := client.DecodeControl(c.in[:i])
 		c.in = c.in[i+1:]
-		if err == nil && m.Type == client.MsgBarrier {
-			c.out = append(c.out, `{"type":"ack","barrier":`...)
-			c.out = strconv.AppendUint(c.out, m.Barrier, 10)
-			c.out = append(c.out, "}\n"...)
+		if err != nil {
+			continue
+		}
+		if ack, ok := client.Answer(m); ok {
+			if c.out, err = client.AppendControl(c.out, ack); err != nil {
+				return 0, err
+			}
 			c.cond.Broadcast()
 		}
 	}
