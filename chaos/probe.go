@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // Probe is a worker the runner plays itself, so that every register,
@@ -48,7 +48,7 @@ func (p *Probe) Quiet(q bool) { p.quiet.Store(q) }
 // NewProbe connects a probe with the worker role's key and listens on a
 // free port of 127.0.0.1.
 func NewProbe(c *Cluster, name string, seed uint64, rec Recorder) (*Probe, error) {
-	opts, err := natslog.RoleOptions(c.Auth, natslog.RoleWorker)
+	opts, err := natsserver.RoleOptions(c.Auth, natsserver.RoleWorker)
 	if err != nil {
 		return nil, err
 	}
