@@ -1,0 +1,733 @@
+package chaos
+
+// Network partitions between real processes of the built binary, each
+// role in a network namespace of its own (chaos/netns): NATS in one, the
+// three metas, the three stores and a client namespace (workers, status,
+// export) in others. The embedded NATS listens on 127.0.0.1 only, so a
+// relay in its namespace makes it reachable at that namespace's address
+// (a cut of the NATS namespace cuts the relay with it).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/termlog/termlog/chaos/history"
+	"github.com/termlog/termlog/chaos/netns"
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/projections"
+)
+
+const (
+	pLease         = 2 * time.Second
+	pWorkerTimeout = 3 * time.Second
+	pStoreTimeout  = 3 * time.Second
+	pNATSPort      = "4222"
+	pMetrics       = "127.0.0.1:9464" // every role's, inside its own namespace
+)
+
+// pcluster is a cluster whose roles run in namespaces of one netns.Net.
+type pcluster struct {
+	t     *testing.T
+	bin   string
+	dir   string
+	net   *netns.Net
+	nodes map[string]*netns.Node
+	relay *netns.Relay
+	env   []string
+	procs []*Proc
+	reads *history.Recorder
+}
+
+func (c *pcluster) node(name string) *netns.Node { return c.nodes[name] }
+
+func (c *pcluster) proc(name string) *Proc {
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// newPCluster builds the net and starts every role; t.Cleanup stops them
+// and tears the net down (also when the test fails half-way).
+func newPCluster(t *testing.T) *pcluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a cluster of separate processes in network namespaces")
+	}
+	if err := netns.Available(); err != nil {
+		t.Skip("skipping the partition scenarios: ", err)
+	}
+	dir := t.TempDir()
+	c := &pcluster{t: t, dir: dir, nodes: map[string]*netns.Node{}, reads: history.NewRecorder()}
+	c.bin = binary(t, dir)
+	ctx := context.Background()
+	var err error
+	if c.net, err = netns.New(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.stop()
+		if c.relay != nil {
+			if err := c.relay.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := c.net.Teardown(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			c.dumpLogs()
+		}
+	})
+	names := []string{"nats", "meta-1", "meta-2", "meta-3", "store-1", "store-2", "store-3", "client"}
+	for _, name := range names {
+		nd, err := c.net.Add(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes[name] = nd
+	}
+	auth := filepath.Join(dir, "auth")
+	if out, err := exec.Command(c.bin, "auth", "init", "--dir", auth).CombinedOutput(); err != nil {
+		t.Fatalf("auth init: %v\n%s", err, out)
+	}
+	natsAddr := net.JoinHostPort(c.node("nats").IP, pNATSPort)
+	c.env = []string{"TERMLOG_NATS=nats://" + natsAddr, "TERMLOG_AUTH_DIR=" + auth, "TERMLOG_REPLICAS=1",
+		"TERMLOG_LOG_FORMAT=json", "TERMLOG_FAILPOINTS=", "GOTRACEBACK=all"}
+	logs := filepath.Join(dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	add := func(name, ns string, args ...string) {
+		argv := append(append(c.node(ns).Exec()[1:], c.bin), args...)
+		c.procs = append(c.procs, &Proc{Name: name, Bin: "ip", Args: argv, Env: c.env, LogPath: filepath.Join(logs, name+".log")})
+	}
+	add("nats", "nats", "nats", "--port", pNATSPort, "--data", filepath.Join(dir, "nats"), "--auth-dir", auth)
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("meta-%d", i)
+		add(name, name, "meta", "run", "--id", name, "--shards", "1", "--lease", pLease.String(),
+			"--worker-timeout", pWorkerTimeout.String(), "--store-timeout", pStoreTimeout.String(), "--metrics-addr", pMetrics)
+	}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("store-%d", i)
+		add(name, name, "logstore", "--id", name, "--raft-addr", net.JoinHostPort(c.node(name).IP, "63001"),
+			"--data", filepath.Join(dir, name), "--restart-grace", "0", "--metrics-addr", pMetrics)
+	}
+	for i := 1; i <= 2; i++ {
+		add(fmt.Sprintf("worker-%d", i), "client", "worker", "run", "--endpoint", net.JoinHostPort(c.node("client").IP, fmt.Sprint(5687+i)))
+	}
+	if err := c.proc("nats").Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The relay dials NATS per connection, so it may start before NATS
+	// listens; roles wait for NATS by themselves.
+	if c.relay, err = c.node("nats").Relay(natsAddr, "127.0.0.1:"+pNATSPort); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.procs[1:] {
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *pcluster) stop() {
+	// Workers and stores first, metas, NATS last (as Cluster.Stop).
+	order := func(p *Proc) int {
+		switch {
+		case strings.HasPrefix(p.Name, "worker"), strings.HasPrefix(p.Name, "store"):
+			return 0
+		case strings.HasPrefix(p.Name, "meta"):
+			return 1
+		}
+		return 2
+	}
+	for phase := range 3 {
+		done := make(chan struct{}, len(c.procs))
+		n := 0
+		for _, p := range c.procs {
+			if order(p) == phase {
+				n++
+				go func() { _ = p.Term(5 * time.Second); done <- struct{}{} }()
+			}
+		}
+		for range n {
+			<-done
+		}
+	}
+}
+
+func (c *pcluster) dumpLogs() {
+	for _, p := range c.procs {
+		b, _ := os.ReadFile(p.LogPath)
+		c.t.Logf("---- %s (last lines) ----\n%s", p.Name, lastLines(string(b), 25))
+	}
+}
+
+// run runs the binary inside the client namespace.
+func (c *pcluster) run(ctx context.Context, args ...string) (stdout, stderr string, code int, err error) {
+	cmd := c.node("client").Command(ctx, c.bin, args...)
+	cmd.Env = append(os.Environ(), c.env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ctx.Err() == nil {
+		return out.String(), errb.String(), ee.ExitCode(), nil
+	}
+	return out.String(), errb.String(), 0, err
+}
+
+// status reads `status -o json` from the client namespace and records the
+// read in the history (exit 0 healthy, 1 degraded: both reads).
+func (c *pcluster) status(ctx context.Context) (Status, int, error) {
+	p := c.reads.Invoke("status", history.Input{Kind: history.Read})
+	out, errOut, code, err := c.run(ctx, "status", "-o", "json", "--timeout", "3s")
+	if err == nil && code != 0 && code != 1 {
+		err = fmt.Errorf("status exit %d: %s", code, strings.TrimSpace(errOut))
+	}
+	if err != nil {
+		p.Return(history.Output{Outcome: history.Unknown, Err: err.Error()})
+		return Status{}, code, err
+	}
+	o, err := history.StatusOutput([]byte(out))
+	if err != nil {
+		p.Return(history.Output{Outcome: history.Unknown, Err: err.Error()})
+		return Status{}, code, err
+	}
+	p.Return(o)
+	var st Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return Status{}, code, err
+	}
+	return st, code, nil
+}
+
+// waitFor polls cond until it holds or within passes; it returns the time
+// it took and the last word of cond.
+func (c *pcluster) waitFor(what string, within time.Duration, cond func(ctx context.Context) (bool, string)) time.Duration {
+	c.t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	last := ""
+	for {
+		ok, why := cond(ctx)
+		if ok {
+			return time.Since(start)
+		}
+		last = why
+		if time.Since(start) > within {
+			c.t.Fatalf("%s: not within %v: %s", what, within, last)
+		}
+		time.Sleep(200 * time.Millisecond) // polling interval
+	}
+}
+
+// waitHealthy waits for `status` to exit 0 (healthy, every shard 3/3 on
+// live stores, a leader, every worker running).
+func (c *pcluster) waitHealthy(within time.Duration) (Status, time.Duration) {
+	c.t.Helper()
+	var st Status
+	took := c.waitFor("healthy cluster", within, func(ctx context.Context) (bool, string) {
+		s, code, err := c.status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		st = s
+		return code == 0 && len(s.Workers) == 2, fmt.Sprintf("exit %d, %d workers, problems %v", code, len(s.Workers), s.Health.Problems)
+	})
+	return st, took
+}
+
+// metrics scrapes a role's /metrics inside its namespace.
+func (c *pcluster) metrics(ctx context.Context, name string) (map[string]float64, error) {
+	nd := c.node(name)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return nd.Dial(ctx, addr) }}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pMetrics+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	// One key per series: name{label=value,...} (labels sorted), and the
+	// bare name for the family's last series.
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			g := m.GetGauge()
+			if g == nil {
+				continue
+			}
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, l.GetName()+"="+l.GetValue())
+			}
+			slices.Sort(ls)
+			out[name+"{"+strings.Join(ls, ",")+"}"] = g.GetValue()
+			out[name] = g.GetValue()
+		}
+	}
+	return out, nil
+}
+
+// logLine is one JSON log line of a role.
+type logLine struct {
+	Time    time.Time `json:"time"`
+	Message string    `json:"message"`
+	Term    uint64    `json:"term"`
+	Reason  string    `json:"reason"`
+}
+
+// findLog returns the first line of name's log after since matching f.
+func (c *pcluster) findLog(name string, since time.Time, f func(logLine) bool) (logLine, bool) {
+	b, err := os.ReadFile(c.proc(name).LogPath)
+	if err != nil {
+		return logLine{}, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		var l logLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Time.Before(since) {
+			continue
+		}
+		if f(l) {
+			return l, true
+		}
+	}
+	return logLine{}, false
+}
+
+// checkStream exports the stream and checks it from the outside: seqs
+// contiguous, `replay --check` clean, one writer per term and no event of
+// an older term after a newer term started, no config change without a
+// quorum; and the recorded status reads are linearizable.
+func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
+	c.t.Helper()
+	path := filepath.Join(c.dir, label+".jsonl")
+	_, errOut, code, err := c.run(ctx, "replay", "export", "--out", path, "--timeout", "10s")
+	if err != nil || code != 0 {
+		c.t.Fatalf("replay export: exit %d %v: %s", code, err, errOut)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	evs, err := ParseExport(f)
+	f.Close()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out, errOut, code, err := c.run(ctx, "replay", "--file", path, "--check")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	vs := append(LogContiguous(evs, code, out+errOut), OneWriterPerTerm(evs)...)
+	qv, err := quorumKept(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	vs = append(vs, qv...)
+	if _, err := history.Check(c.reads.Ops(), history.Options{WorkerTimeout: pWorkerTimeout, Dir: filepath.Join(c.dir, label+"-history")}); err != nil {
+		vs = append(vs, Violation{CheckHistory, err.Error()})
+	}
+	for _, v := range vs {
+		c.t.Errorf("%s: %s", label, v)
+	}
+	return evs
+}
+
+// CheckQuorum names quorumKept's violations.
+const CheckQuorum = "config-change-quorum"
+
+// quorumKept folds an export and checks the scheduler's quorum rule from
+// the outside at every operator start and change intent: the shard's
+// membership has a quorum of replicas on stores not marked down, and so
+// has the membership after the change (a replica being added does not run
+// yet). The scheduler's own notion of running is stricter (a fresh report
+// from a live store), so a change it may make always passes here.
+func quorumKept(path string) ([]Violation, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := events.NewJSONLReader(f)
+	st := projections.New()
+	var out []Violation
+	live := func(sh *projections.Shard, ids []uint64) int {
+		n := 0
+		for _, id := range ids {
+			store, ok := sh.Members[id]
+			if !ok {
+				continue // the replica being added
+			}
+			if s := st.Stores[store]; s != nil && s.State != events.StoreDown && s.State != events.StoreTombstone {
+				n++
+			}
+		}
+		return n
+	}
+	members := func(sh *projections.Shard) []uint64 {
+		var ids []uint64
+		for id := range sh.Members {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	check := func(ev events.Event, shard, remove uint64, add bool) {
+		sh := st.Shards[shard]
+		if sh == nil {
+			return
+		}
+		before := members(sh)
+		if n, need := live(sh, before), len(before)/2+1; n < need {
+			out = append(out, Violation{CheckQuorum, fmt.Sprintf("seq %d %s on shard %d: %d of %d members on live stores, a change needs %d (members %v, stores %v)",
+				ev.Seq, ev.Type(), shard, n, len(before), need, sh.Members, storeStates(st))})
+			return
+		}
+		after := slices.DeleteFunc(slices.Clone(before), func(id uint64) bool { return id == remove })
+		if add {
+			after = append(after, 0) // the new replica: not running yet
+		}
+		if n, need := live(sh, after), len(after)/2+1; n < need {
+			out = append(out, Violation{CheckQuorum, fmt.Sprintf("seq %d %s on shard %d: after it %d of %d members would run on live stores, quorum is %d (members %v, stores %v)",
+				ev.Seq, ev.Type(), shard, n, len(after), need, sh.Members, storeStates(st))})
+		}
+	}
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		// Only events of the current term are applied (a stale one is
+		// rejected, and OneWriterPerTerm reports it).
+		if ev.Term == st.Term {
+			switch d := ev.Data.(type) {
+			case events.OperatorStarted:
+				check(ev, d.Shard, d.Remove, d.Add != "")
+			case events.ShardReplicaRemoving:
+				check(ev, d.Shard, d.Replica, false)
+			case events.ShardReplicaAdding:
+				check(ev, d.Shard, 0, true)
+			}
+		}
+		st.Apply(ev)
+	}
+}
+
+func storeStates(st *projections.State) string {
+	var s []string
+	for _, id := range sortedKeys(st.Stores) {
+		s = append(s, id+"="+st.Stores[id].State)
+	}
+	return strings.Join(s, " ")
+}
+
+// TestPartitions runs the three partition scenarios on one cluster, one
+// after the other; each heals and must converge before the next.
+func TestPartitions(t *testing.T) {
+	c := newPCluster(t)
+	ctx := context.Background()
+	st, took := c.waitHealthy(120 * time.Second)
+	t.Logf("cluster healthy %.1fs after start: term %d, leader %s, seq %d", took.Seconds(), st.Term, st.Leader, st.Seq)
+	if !t.Run("meta leader cut from NATS", func(t *testing.T) { c.t = t; metaLeaderCut(ctx, c) }) {
+		return
+	}
+	if !t.Run("store cut from NATS", func(t *testing.T) { c.t = t; storeCutFromNATS(ctx, c) }) {
+		return
+	}
+	t.Run("store cut from its Raft peers", func(t *testing.T) { c.t = t; storeCutFromPeers(ctx, c) })
+}
+
+// metaLeaderCut: the meta leader loses NATS. It stops acting (every
+// leader task joined) within its lease, another replica takes the next
+// term, nothing of the old term lands after the new term started; healed,
+// the old leader follows the new term.
+func metaLeaderCut(ctx context.Context, c *pcluster) {
+	t := c.t
+	st, _ := c.waitHealthy(60 * time.Second)
+	old, oldTerm := st.Leader, st.Term
+	if c.node(old) == nil {
+		t.Fatalf("leader %q is no meta of this cluster", old)
+	}
+	cutAt := time.Now()
+	if err := c.net.Cut(ctx, old, "nats"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cut %s (leader of term %d) from NATS", old, oldTerm)
+	var stopped logLine
+	c.waitFor("the old leader stops leading", 10*time.Second, func(context.Context) (bool, string) {
+		l, ok := c.findLog(old, cutAt.Add(-time.Second), func(l logLine) bool { return l.Message == "stopped leading; following" && l.Term == oldTerm })
+		stopped = l
+		return ok, "no 'stopped leading' line of term " + fmt.Sprint(oldTerm)
+	})
+	if d := stopped.Time.Sub(cutAt); d > pLease {
+		t.Errorf("%s stopped leading term %d %v after the cut (%s), later than its lease %v", old, oldTerm, d.Round(time.Millisecond), stopped.Reason, pLease)
+	} else {
+		t.Logf("%s stopped leading %v after the cut: %s", old, d.Round(time.Millisecond), stopped.Reason)
+	}
+	var now Status
+	took := c.waitFor("a new leader takes over", 20*time.Second, func(ctx context.Context) (bool, string) {
+		s, _, err := c.status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		now = s
+		return s.Term > oldTerm && s.Leader != old && s.LeaseHolder == s.Leader, fmt.Sprintf("term %d leader %s lease %s", s.Term, s.Leader, s.LeaseHolder)
+	})
+	t.Logf("%s leads term %d, seen %v after the cut", now.Leader, now.Term, took.Round(time.Millisecond))
+	// The cut leader knows it does not lead (it cannot renew, so it
+	// cannot campaign either).
+	if m, err := c.metrics(ctx, old); err != nil {
+		t.Fatal(err)
+	} else if m["termlog_meta_is_leader"] != 0 {
+		t.Fatalf("%s still says it leads while cut from NATS", old)
+	}
+	if err := c.net.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	st, took = c.waitHealthy(60 * time.Second)
+	t.Logf("healthy %v after the heal (term %d, leader %s)", took.Round(time.Millisecond), st.Term, st.Leader)
+	// Converged: every meta projects the current term (the old leader as a
+	// follower).
+	c.waitFor("every meta follows the current term", 30*time.Second, func(ctx context.Context) (bool, string) {
+		s, _, err := c.status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var terms []string
+		ok := true
+		for i := 1; i <= 3; i++ {
+			name := fmt.Sprintf("meta-%d", i)
+			m, err := c.metrics(ctx, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			term, leads := uint64(m["termlog_meta_term"]), m["termlog_meta_is_leader"] == 1
+			terms = append(terms, fmt.Sprintf("%s term %d leading %v", name, term, leads))
+			ok = ok && term == s.Term && leads == (name == s.Leader)
+		}
+		return ok, fmt.Sprintf("stream term %d; %s", s.Term, strings.Join(terms, ", "))
+	})
+	evs := c.checkStream(ctx, "meta-cut")
+	// Nothing the old leader wrote in its term after the cut took effect:
+	// every event of the old term precedes the next term.started.
+	var newStart uint64
+	for _, e := range evs {
+		if e.Type == "term.started" && e.Term > oldTerm && newStart == 0 {
+			newStart = e.Seq
+		}
+		if newStart != 0 && e.Term == oldTerm {
+			t.Errorf("seq %d: %s of term %d by %s after term.started of term %d at seq %d", e.Seq, e.Type, e.Term, e.Writer, oldTerm+1, newStart)
+		}
+	}
+	if newStart == 0 {
+		t.Errorf("no term after %d started in the stream", oldTerm)
+	}
+
+}
+
+// storeCutFromNATS: store-1 loses NATS while its Raft traffic flows; then
+// store-2 too. The scheduler may replace store-1's replica (2 of 3 run on
+// live stores) but, once only store-3 is live, must change nothing (no
+// quorum of the membership runs on live stores), and says so; the shard
+// keeps a Raft leader throughout. Healed, it is 3/3 again.
+func storeCutFromNATS(ctx context.Context, c *pcluster) {
+	t := c.t
+	c.waitHealthy(60 * time.Second)
+	if err := c.net.Cut(ctx, "store-1", "nats"); err != nil {
+		t.Fatal(err)
+	}
+	storeDown := func(id string) func(ctx context.Context) (bool, string) {
+		return func(ctx context.Context) (bool, string) {
+			s, _, err := c.status(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, st := range s.Stores {
+				if st.ID == id {
+					return st.State == events.StoreDown, id + " is " + st.State
+				}
+			}
+			return false, id + " unknown"
+		}
+	}
+	took := c.waitFor("store-1 marked down", 20*time.Second, storeDown("store-1"))
+	t.Logf("store-1 cut from NATS: down %v later", took.Round(time.Millisecond))
+	// Whatever the scheduler does about store-1 (2 of 3 run on live
+	// stores: replacing it is allowed), let it settle: no operator.
+	c.waitFor("shard 1 settles with store-1 down", 30*time.Second, func(ctx context.Context) (bool, string) {
+		s, _, err := c.status(ctx)
+		if err != nil || len(s.Shards) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		sh := s.Shards[0]
+		return sh.Operator == "" && len(sh.Pending) == 0, fmt.Sprintf("members %v operator %q pending %v blocked %q", sh.Members, sh.Operator, sh.Pending, sh.Blocked)
+	})
+	if err := c.net.Cut(ctx, "store-2", "nats"); err != nil {
+		t.Fatal(err)
+	}
+	took = c.waitFor("store-2 marked down", 20*time.Second, storeDown("store-2"))
+	t.Logf("store-2 cut from NATS too: down %v later", took.Round(time.Millisecond))
+	// Only store-3 is live now: the shard must be blocked for want of a
+	// quorum, with its Raft leader still known (store-3 reports it).
+	var blocked string
+	if _, err := func() (time.Duration, error) {
+		start := time.Now()
+		for time.Since(start) < 20*time.Second {
+			s, _, err := c.status(ctx)
+			if err == nil && len(s.Shards) > 0 && strings.Contains(s.Shards[0].Blocked, "no quorum") {
+				blocked = s.Shards[0].Blocked
+				return time.Since(start), nil
+			}
+			time.Sleep(200 * time.Millisecond) // polling interval
+		}
+		return 0, errors.New("timeout")
+	}(); err != nil {
+		// Say what the scheduler did instead.
+		c.checkStream(ctx, "store-cut-unblocked")
+		t.Fatalf("shard 1 not blocked for want of a quorum 20 s after store-2 went down")
+	}
+	t.Logf("shard 1 blocked: %s", blocked)
+	c.waitFor("the shard keeps a Raft leader", 15*time.Second, func(ctx context.Context) (bool, string) {
+		s, _, err := c.status(ctx)
+		if err != nil || s.Health.Record == nil || len(s.Health.Record.Shards) == 0 {
+			return false, fmt.Sprint("no health record ", err)
+		}
+		h := s.Health.Record.Shards[0]
+		return h.Leader != 0, fmt.Sprintf("health %+v", h)
+	})
+	// Hold the partition a while longer: no change may come of it.
+	hold := time.Now().Add(2 * pStoreTimeout)
+	for time.Now().Before(hold) {
+		s, _, err := c.status(ctx)
+		if err == nil && len(s.Shards) > 0 && (s.Shards[0].Operator != "" || len(s.Shards[0].Pending) > 0) {
+			c.checkStream(ctx, "store-cut-changed")
+			t.Fatalf("shard 1 changes with one live store: operator %q pending %v", s.Shards[0].Operator, s.Shards[0].Pending)
+		}
+		time.Sleep(300 * time.Millisecond) // polling interval
+	}
+	if err := c.net.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, took := c.waitHealthy(90 * time.Second)
+	t.Logf("healed: healthy again %v later, shard 1 members %v", took.Round(time.Millisecond), st.Shards[0].Members)
+	c.checkStream(ctx, "store-cut")
+}
+
+// storeCutFromPeers: the store holding the shard's Raft leader loses its
+// Raft peers but keeps NATS. Leadership moves to the two others (CheckQuorum
+// deposes the cut one) and stays there while the cut lasts; healed, the
+// cut store runs its replica again as a member and the shard is healthy.
+func storeCutFromPeers(ctx context.Context, c *pcluster) {
+	t := c.t
+	st, _ := c.waitHealthy(60 * time.Second)
+	if st.Health.Record == nil || len(st.Health.Record.Shards) == 0 || st.Health.Record.Shards[0].LeaderStore == "" {
+		t.Fatalf("no Raft leader in the health record: %+v", st.Health)
+	}
+	cut := st.Health.Record.Shards[0].LeaderStore
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		if p := fmt.Sprintf("store-%d", i); p != cut {
+			peers = append(peers, p)
+			if err := c.net.Cut(ctx, cut, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cutSeq := st.Seq
+	leaderOnMajority := func(ctx context.Context) (bool, string) {
+		s, _, err := c.status(ctx)
+		if err != nil || s.Health.Record == nil || len(s.Health.Record.Shards) == 0 {
+			return false, fmt.Sprint("no health record ", err)
+		}
+		h := s.Health.Record.Shards[0]
+		return h.Leader != 0 && slices.Contains(peers, h.LeaderStore), fmt.Sprintf("leader %d on %q", h.Leader, h.LeaderStore)
+	}
+	took := c.waitFor("a leader on the majority side", 20*time.Second, leaderOnMajority)
+	t.Logf("%s (the Raft leader) cut from %v: a leader on the majority side %v later", cut, peers, took.Round(time.Millisecond))
+	// It stays there while the cut lasts.
+	hold := time.Now().Add(2 * pStoreTimeout)
+	for time.Now().Before(hold) {
+		if ok, why := leaderOnMajority(ctx); !ok {
+			t.Fatalf("during the cut: %s", why)
+		}
+		time.Sleep(300 * time.Millisecond) // polling interval
+	}
+	if err := c.net.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, took = c.waitHealthy(90 * time.Second)
+	t.Logf("healed: healthy %v later, shard 1 members %v", took.Round(time.Millisecond), st.Shards[0].Members)
+	// Converged: the cut store runs the replica the projection lists for it.
+	var want uint64
+	for r, s := range st.Shards[0].Members {
+		if s == cut {
+			want = r
+		}
+	}
+	c.waitFor(cut+" runs its replica of shard 1", 30*time.Second, func(ctx context.Context) (bool, string) {
+		m, err := c.metrics(ctx, cut)
+		if err != nil {
+			return false, err.Error()
+		}
+		key := fmt.Sprintf("termlog_store_replica_running{replica=%d,shard=1,store=%s}", want, cut)
+		return want != 0 && m[key] == 1, fmt.Sprintf("want replica %d; metrics %v", want, m)
+	})
+	evs := c.checkStream(ctx, "store-peers-cut")
+	// The stream recorded the move: a shard.observed after the cut (after
+	// the last read before it) names a leader on the majority side.
+	moved := false
+	for _, e := range evs {
+		if e.Type != events.TypeShardObserved || e.Seq <= cutSeq {
+			continue
+		}
+		var d struct {
+			Leader   uint64            `json:"leader"`
+			Replicas map[uint64]string `json:"replicas"`
+		}
+		if json.Unmarshal(e.Data, &d) == nil && slices.Contains(peers, d.Replicas[d.Leader]) {
+			moved = true
+		}
+	}
+	if !moved {
+		t.Errorf("no shard.observed names a leader on %v", peers)
+	}
+}
