@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -22,15 +23,20 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/chaos/history"
 	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -44,15 +50,16 @@ const (
 
 // pcluster is a cluster whose roles run in namespaces of one netns.Net.
 type pcluster struct {
-	t     *testing.T
-	bin   string
-	dir   string
-	net   *netns.Net
-	nodes map[string]*netns.Node
-	relay *netns.Relay
-	env   []string
-	procs []*Proc
-	reads *history.Recorder
+	t          *testing.T
+	bin        string
+	dir        string
+	net        *netns.Net
+	nodes      map[string]*netns.Node
+	relay      *netns.Relay
+	env        []string
+	procs      []*Proc
+	ops        *OpLog // the probes' operations and the status reads
+	stopProbes func()
 }
 
 func (c *pcluster) node(name string) *netns.Node { return c.nodes[name] }
@@ -77,7 +84,7 @@ func newPCluster(t *testing.T) *pcluster {
 		t.Skip("skipping the partition scenarios: ", err)
 	}
 	dir := t.TempDir()
-	c := &pcluster{t: t, dir: dir, nodes: map[string]*netns.Node{}, reads: history.NewRecorder()}
+	c := &pcluster{t: t, dir: dir, nodes: map[string]*netns.Node{}, ops: &OpLog{}, stopProbes: func() {}}
 	c.bin = binary(t, dir)
 	ctx := context.Background()
 	var err error
@@ -85,6 +92,7 @@ func newPCluster(t *testing.T) *pcluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		c.stopProbes()
 		c.stop()
 		if c.relay != nil {
 			if err := c.relay.Close(); err != nil {
@@ -148,7 +156,57 @@ func newPCluster(t *testing.T) *pcluster {
 			t.Fatal(err)
 		}
 	}
+	if err := c.startProbes(auth, natsAddr, 2); err != nil {
+		t.Fatal(err)
+	}
 	return c
+}
+
+// nsDialer dials NATS from inside a namespace (every reconnect too).
+type nsDialer struct{ nd *netns.Node }
+
+func (d nsDialer) Dial(_, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return d.nd.Dial(ctx, addr)
+}
+
+// startProbes runs n probe workers (chaos.Probe: every RPC recorded with
+// its invoke and return) from the client namespace: their NATS connection
+// and their control-stream listener live there.
+func (c *pcluster) startProbes(auth, natsAddr string, n int) error {
+	nd := c.node("client")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	c.stopProbes = func() { cancel(); wg.Wait() }
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("probe-%d", i)
+		opts, err := natslog.RoleOptions(auth, natslog.RoleWorker)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, nats.Name("partition-"+name), nats.SetCustomDialer(nsDialer{nd}), nats.MaxReconnects(-1),
+			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
+		nc, err := nats.Connect("nats://"+natsAddr, opts...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		p := &Probe{Name: name, nc: nc, rec: c.ops, rng: rand.New(rand.NewPCG(uint64(i), 7))}
+		if err := nd.Do(func() (err error) {
+			p.agent, err = client.ListenAgent(net.JoinHostPort(nd.IP, "0"), zerolog.Nop(), p.Ref)
+			return err
+		}); err != nil {
+			nc.Close()
+			return err
+		}
+		p.Endpoint = p.agent.Addr()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Run(ctx)
+		}()
+	}
+	return nil
 }
 
 func (c *pcluster) stop() {
@@ -201,25 +259,21 @@ func (c *pcluster) run(ctx context.Context, args ...string) (stdout, stderr stri
 // status reads `status -o json` from the client namespace and records the
 // read in the history (exit 0 healthy, 1 degraded: both reads).
 func (c *pcluster) status(ctx context.Context) (Status, int, error) {
-	p := c.reads.Invoke("status", history.Input{Kind: history.Read})
+	op := Op{Client: "status", Kind: OpStatus, Invoke: time.Now()}
 	out, errOut, code, err := c.run(ctx, "status", "-o", "json", "--timeout", "3s")
+	op.Return = time.Now()
 	if err == nil && code != 0 && code != 1 {
 		err = fmt.Errorf("status exit %d: %s", code, strings.TrimSpace(errOut))
 	}
-	if err != nil {
-		p.Return(history.Output{Outcome: history.Unknown, Err: err.Error()})
-		return Status{}, code, err
-	}
-	o, err := history.StatusOutput([]byte(out))
-	if err != nil {
-		p.Return(history.Output{Outcome: history.Unknown, Err: err.Error()})
-		return Status{}, code, err
-	}
-	p.Return(o)
 	var st Status
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		return Status{}, code, err
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &st)
 	}
+	if err != nil {
+		return Status{}, code, err // a failed read: no output, nothing to check
+	}
+	op.Outcome, op.Seq, op.Workers = OutcomeOK, st.Seq, st.Workers
+	c.ops.Record(op)
 	return st, code, nil
 }
 
@@ -254,7 +308,7 @@ func (c *pcluster) waitHealthy(within time.Duration) (Status, time.Duration) {
 			return false, err.Error()
 		}
 		st = s
-		return code == 0 && len(s.Workers) == 2, fmt.Sprintf("exit %d, %d workers, problems %v", code, len(s.Workers), s.Health.Problems)
+		return code == 0 && len(s.Workers) >= 2, fmt.Sprintf("exit %d, %d workers, problems %v", code, len(s.Workers), s.Health.Problems)
 	})
 	return st, took
 }
@@ -359,9 +413,15 @@ func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 		c.t.Fatal(err)
 	}
 	vs = append(vs, qv...)
-	if _, err := history.Check(c.reads.Ops(), history.Options{WorkerTimeout: pWorkerTimeout, Dir: filepath.Join(c.dir, label+"-history")}); err != nil {
+	h := toHistory(c.ops.Ops())
+	if _, err := history.Check(h, history.Options{WorkerTimeout: pWorkerTimeout, Dir: filepath.Join(c.dir, label+"-history"), Timeout: time.Minute}); err != nil {
 		vs = append(vs, Violation{CheckHistory, err.Error()})
 	}
+	kinds := map[string]int{}
+	for _, op := range h {
+		kinds[string(op.Input.Kind)+"/"+string(op.Output.Outcome)]++
+	}
+	c.t.Logf("%s: history of %d operations checked: %v", label, len(h), kinds)
 	for _, v := range vs {
 		c.t.Errorf("%s: %s", label, v)
 	}

@@ -38,6 +38,12 @@ func inNS(ns string, f func() error) error {
 	return <-errc
 }
 
+// Do runs f on an OS thread inside node's namespace: sockets f opens (a
+// listener, a connection) belong to the namespace for their whole life,
+// whichever goroutine uses them later. Goroutines f starts do not run in
+// the namespace.
+func (nd *Node) Do(f func() error) error { return inNS(nd.NS, f) }
+
 // Listen opens a TCP listener inside node's namespace.
 func (nd *Node) Listen(addr string) (net.Listener, error) {
 	var ln net.Listener
