@@ -55,7 +55,8 @@ type pcluster struct {
 	dir        string
 	net        *netns.Net
 	nodes      map[string]*netns.Node
-	relay      *netns.Relay
+	relays     []*netns.Relay
+	natsNodes  []string
 	env        []string
 	procs      []*Proc
 	ops        *OpLog // the probes' operations and the status reads
@@ -75,7 +76,7 @@ func (c *pcluster) proc(name string) *Proc {
 
 // newPCluster builds the net and starts every role; t.Cleanup stops them
 // and tears the net down (also when the test fails half-way).
-func newPCluster(t *testing.T) *pcluster {
+func newPCluster(t *testing.T, top Topology) *pcluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a cluster of separate processes in network namespaces")
@@ -94,8 +95,8 @@ func newPCluster(t *testing.T) *pcluster {
 	t.Cleanup(func() {
 		c.stopProbes()
 		c.stop()
-		if c.relay != nil {
-			if err := c.relay.Close(); err != nil {
+		for _, r := range c.relays {
+			if err := r.Close(); err != nil {
 				t.Error(err)
 			}
 		}
@@ -106,7 +107,11 @@ func newPCluster(t *testing.T) *pcluster {
 			c.dumpLogs(t)
 		}
 	})
-	names := []string{"nats", "meta-1", "meta-2", "meta-3", "store-1", "store-2", "store-3", "client"}
+	c.natsNodes = []string{"nats-1"}
+	if top == R3 {
+		c.natsNodes = []string{"nats-1", "nats-2", "nats-3"}
+	}
+	names := append(slices.Clone(c.natsNodes), "meta-1", "meta-2", "meta-3", "store-1", "store-2", "store-3", "client")
 	for _, name := range names {
 		nd, err := c.net.Add(ctx, name)
 		if err != nil {
@@ -118,8 +123,16 @@ func newPCluster(t *testing.T) *pcluster {
 	if out, err := exec.Command(c.bin, "auth", "init", "--dir", auth).CombinedOutput(); err != nil {
 		t.Fatalf("auth init: %v\n%s", err, out)
 	}
-	natsAddr := net.JoinHostPort(c.node("nats").IP, pNATSPort)
-	c.env = []string{"TERMLOG_NATS=nats://" + natsAddr, "TERMLOG_AUTH_DIR=" + auth, "TERMLOG_REPLICAS=1",
+	var urls, routes []string
+	for i, name := range c.natsNodes {
+		urls = append(urls, "nats://"+net.JoinHostPort(c.node(name).IP, pNATSPort))
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", 6221+i))
+	}
+	replicas := "1"
+	if top == R3 {
+		replicas = "3"
+	}
+	c.env = []string{"TERMLOG_NATS=" + strings.Join(urls, ","), "TERMLOG_AUTH_DIR=" + auth, "TERMLOG_REPLICAS=" + replicas,
 		"TERMLOG_LOG_FORMAT=json", "TERMLOG_FAILPOINTS=", "GOTRACEBACK=all"}
 	logs := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
@@ -129,7 +142,13 @@ func newPCluster(t *testing.T) *pcluster {
 		argv := append(append(c.node(ns).Exec()[1:], c.bin), args...)
 		c.procs = append(c.procs, &Proc{Name: name, Bin: "ip", Args: argv, Env: c.env, LogPath: filepath.Join(logs, name+".log")})
 	}
-	add("nats", "nats", "nats", "--port", pNATSPort, "--data", filepath.Join(dir, "nats"), "--auth-dir", auth)
+	for i, name := range c.natsNodes {
+		args := []string{"nats", "--port", pNATSPort, "--data", filepath.Join(dir, name), "--auth-dir", auth}
+		if top == R3 {
+			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(6221+i), "--routes", strings.Join(routes, ","))
+		}
+		add(name, name, args...)
+	}
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("meta-%d", i)
 		add(name, name, "meta", "run", "--id", name, "--shards", "1", "--lease", pLease.String(),
@@ -143,23 +162,50 @@ func newPCluster(t *testing.T) *pcluster {
 	for i := 1; i <= 2; i++ {
 		add(fmt.Sprintf("worker-%d", i), "client", "worker", "run", "--endpoint", net.JoinHostPort(c.node("client").IP, fmt.Sprint(5687+i)))
 	}
-	if err := c.proc("nats").Start(); err != nil {
-		t.Fatal(err)
+	// The embedded NATS listens on 127.0.0.1 only. Relays in each NATS
+	// namespace: its address to its client port, its address to its route
+	// port, and 127.0.0.1:<a peer's route port> to that peer's address, so
+	// routes cross the bridge (and its cuts) too. A relay dials per
+	// connection, so it may start before the server listens.
+	relay := func(nd *netns.Node, listen, target string) {
+		r, err := nd.Relay(listen, target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.relays = append(c.relays, r)
 	}
-	// The relay dials NATS per connection, so it may start before NATS
-	// listens; roles wait for NATS by themselves.
-	if c.relay, err = c.node("nats").Relay(natsAddr, "127.0.0.1:"+pNATSPort); err != nil {
-		t.Fatal(err)
+	for i, name := range c.natsNodes {
+		nd := c.node(name)
+		relay(nd, net.JoinHostPort(nd.IP, pNATSPort), "127.0.0.1:"+pNATSPort)
+		if top != R3 {
+			continue
+		}
+		relay(nd, net.JoinHostPort(nd.IP, fmt.Sprint(6221+i)), fmt.Sprintf("127.0.0.1:%d", 6221+i))
+		for j, peer := range c.natsNodes {
+			if j != i {
+				relay(nd, fmt.Sprintf("127.0.0.1:%d", 6221+j), net.JoinHostPort(c.node(peer).IP, fmt.Sprint(6221+j)))
+			}
+		}
 	}
-	for _, p := range c.procs[1:] {
+	for _, p := range c.procs {
 		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.startProbes(auth, natsAddr, 2); err != nil {
+	if err := c.startProbes(auth, strings.Join(urls, ","), 2); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// cutFromNATS cuts node from every NATS node.
+func (c *pcluster) cutFromNATS(ctx context.Context, name string) {
+	c.t.Helper()
+	for _, n := range c.natsNodes {
+		if err := c.net.Cut(ctx, name, n); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 }
 
 // nsDialer dials NATS from inside a namespace (every reconnect too).
@@ -174,7 +220,7 @@ func (d nsDialer) Dial(_, addr string) (net.Conn, error) {
 // startProbes runs n probe workers (chaos.Probe: every RPC recorded with
 // its invoke and return) from the client namespace: their NATS connection
 // and their control-stream listener live there.
-func (c *pcluster) startProbes(auth, natsAddr string, n int) error {
+func (c *pcluster) startProbes(auth, urls string, n int) error {
 	nd := c.node("client")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -187,7 +233,7 @@ func (c *pcluster) startProbes(auth, natsAddr string, n int) error {
 		}
 		opts = append(opts, nats.Name("partition-"+name), nats.SetCustomDialer(nsDialer{nd}), nats.MaxReconnects(-1),
 			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
-		nc, err := nats.Connect("nats://"+natsAddr, opts...)
+		nc, err := nats.Connect(urls, opts...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -519,20 +565,80 @@ func storeStates(st *projections.State) string {
 	return strings.Join(s, " ")
 }
 
-// TestPartitions runs the three partition scenarios on one cluster, one
+// TestPartitions runs the partition scenarios on a cluster per topology
+// (standalone NATS, and three NATS nodes with R3 stream and lease), one
 // after the other; each heals and must converge before the next.
 func TestPartitions(t *testing.T) {
-	c := newPCluster(t)
-	ctx := context.Background()
-	st, took := c.waitHealthy(120 * time.Second)
-	t.Logf("cluster healthy %.1fs after start: term %d, leader %s, seq %d", took.Seconds(), st.Term, st.Leader, st.Seq)
-	if !t.Run("meta leader cut from NATS", func(t *testing.T) { c.t = t; metaLeaderCut(ctx, c) }) {
-		return
+	for _, top := range []Topology{Standalone, R3} {
+		t.Run(string(top), func(t *testing.T) {
+			c := newPCluster(t, top)
+			ctx := context.Background()
+			st, took := c.waitHealthy(120 * time.Second)
+			t.Logf("%s cluster healthy %.1fs after start: term %d, leader %s, seq %d", top, took.Seconds(), st.Term, st.Leader, st.Seq)
+			scenarios := []struct {
+				name string
+				run  func(context.Context, *pcluster)
+			}{
+				{"meta leader cut from NATS", metaLeaderCut},
+				{"store cut from NATS", storeCutFromNATS},
+				{"store cut from its Raft peers", storeCutFromPeers},
+			}
+			if top == R3 {
+				scenarios = append(scenarios, struct {
+					name string
+					run  func(context.Context, *pcluster)
+				}{"NATS node cut from its peers", natsNodeCut})
+			}
+			for _, sc := range scenarios {
+				if !t.Run(sc.name, func(t *testing.T) { c.t = t; sc.run(ctx, c) }) {
+					return
+				}
+			}
+		})
 	}
-	if !t.Run("store cut from NATS", func(t *testing.T) { c.t = t; storeCutFromNATS(ctx, c) }) {
-		return
+}
+
+// natsNodeCut: one NATS node loses the other two (R3). The majority keeps
+// JetStream: a meta leader holds the lease and status reads succeed
+// through it; roles connected to the cut node are cut with it. Healed,
+// the cluster is healthy and the stream and history check clean.
+func natsNodeCut(ctx context.Context, c *pcluster) {
+	t := c.t
+	st, _ := c.waitHealthy(60 * time.Second)
+	cut := c.natsNodes[len(c.natsNodes)-1]
+	for _, peer := range c.natsNodes[:len(c.natsNodes)-1] {
+		if err := c.net.Cut(ctx, cut, peer); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Run("store cut from its Raft peers", func(t *testing.T) { c.t = t; storeCutFromPeers(ctx, c) })
+	cutAt := time.Now()
+	took := c.waitFor("a meta leader on the majority side", 30*time.Second, func(ctx context.Context) (bool, string) {
+		invoked := time.Now()
+		s, _, err := c.status(ctx)
+		if err != nil {
+			t.Logf("read invoked %v after the cut failed after %v: %.300s", invoked.Sub(cutAt).Round(time.Millisecond), time.Since(invoked).Round(time.Millisecond), err)
+			return false, err.Error()
+		}
+		ok := s.LeaseHolder != "" && s.LeaseHolder == s.Leader && s.Term >= st.Term
+		if !ok {
+			t.Logf("read invoked %v after the cut: term %d leader %s lease %q", invoked.Sub(cutAt).Round(time.Millisecond), s.Term, s.Leader, s.LeaseHolder)
+		}
+		return ok, fmt.Sprintf("term %d leader %s lease %s", s.Term, s.Leader, s.LeaseHolder)
+	})
+	t.Logf("%s cut from its peers: a leader holds the lease %v later", cut, took.Round(time.Millisecond))
+	// Hold the partition past the store timeout: stores that talk to the
+	// cut node are marked down, and the quorum rule keeps their shard.
+	hold := time.Now().Add(2 * pStoreTimeout)
+	for time.Now().Before(hold) {
+		_, _, _ = c.status(ctx)            // reads for the history; failures (through the cut node) are expected
+		time.Sleep(300 * time.Millisecond) // polling interval
+	}
+	if err := c.net.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, took = c.waitHealthy(90 * time.Second)
+	t.Logf("healed: healthy %v later (term %d, leader %s, shard 1 members %v)", took.Round(time.Millisecond), st.Term, st.Leader, st.Shards[0].Members)
+	c.checkStream(ctx, "nats-node-cut")
 }
 
 // metaLeaderCut: the meta leader loses NATS. It stops acting (every
@@ -547,9 +653,7 @@ func metaLeaderCut(ctx context.Context, c *pcluster) {
 		t.Fatalf("leader %q is no meta of this cluster", old)
 	}
 	cutAt := time.Now()
-	if err := c.net.Cut(ctx, old, "nats"); err != nil {
-		t.Fatal(err)
-	}
+	c.cutFromNATS(ctx, old)
 	t.Logf("cut %s (leader of term %d) from NATS", old, oldTerm)
 	var stopped logLine
 	c.waitFor("the old leader stops leading", 10*time.Second, func(context.Context) (bool, string) {
@@ -632,9 +736,7 @@ func metaLeaderCut(ctx context.Context, c *pcluster) {
 func storeCutFromNATS(ctx context.Context, c *pcluster) {
 	t := c.t
 	c.waitHealthy(60 * time.Second)
-	if err := c.net.Cut(ctx, "store-1", "nats"); err != nil {
-		t.Fatal(err)
-	}
+	c.cutFromNATS(ctx, "store-1")
 	storeDown := func(id string) func(ctx context.Context) (bool, string) {
 		return func(ctx context.Context) (bool, string) {
 			s, _, err := c.status(ctx)
@@ -667,9 +769,7 @@ func storeCutFromNATS(ctx context.Context, c *pcluster) {
 		return sh.Operator == "" && len(sh.Pending) == 0 && (!onStore1 || sh.Blocked != ""),
 			fmt.Sprintf("members %v operator %q pending %v blocked %q", sh.Members, sh.Operator, sh.Pending, sh.Blocked)
 	})
-	if err := c.net.Cut(ctx, "store-2", "nats"); err != nil {
-		t.Fatal(err)
-	}
+	c.cutFromNATS(ctx, "store-2")
 	took = c.waitFor("store-2 marked down", 20*time.Second, storeDown("store-2"))
 	t.Logf("store-2 cut from NATS too: down %v later", took.Round(time.Millisecond))
 	// Only store-3 is live now: the shard must be blocked for want of a

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -134,7 +135,11 @@ func (r *Relay) serve(down net.Conn) {
 	defer r.wg.Done()
 	defer down.Close()
 	defer r.untrack(down)
-	up, err := r.nd.Dial(r.ctx, r.target)
+	// A target across a cut does not answer: give up after a while (the
+	// client sees its connection close) instead of holding the goroutine.
+	dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+	up, err := r.nd.Dial(dctx, r.target)
+	cancel()
 	if err != nil {
 		return
 	}
