@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +38,12 @@ func inNS(ns string, f func() error) error {
 	}()
 	return <-errc
 }
+
+// Do runs f on an OS thread inside node's namespace: sockets f opens (a
+// listener, a connection) belong to the namespace for their whole life,
+// whichever goroutine uses them later. Goroutines f starts do not run in
+// the namespace.
+func (nd *Node) Do(f func() error) error { return inNS(nd.NS, f) }
 
 // Listen opens a TCP listener inside node's namespace.
 func (nd *Node) Listen(addr string) (net.Listener, error) {
@@ -128,7 +135,11 @@ func (r *Relay) serve(down net.Conn) {
 	defer r.wg.Done()
 	defer down.Close()
 	defer r.untrack(down)
-	up, err := r.nd.Dial(r.ctx, r.target)
+	// A target across a cut does not answer: give up after a while (the
+	// client sees its connection close) instead of holding the goroutine.
+	dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+	up, err := r.nd.Dial(dctx, r.target)
+	cancel()
 	if err != nil {
 		return
 	}
