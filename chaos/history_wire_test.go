@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,76 +10,17 @@ import (
 )
 
 // The chaos runs check their recorded client operations with
-// chaos/history (the hook chaos_test.go leaves for it).
-func init() { historyChecker = checkOpHistory }
+// chaos/history: HistoryChecker and ToHistory (historycheck.go). The
+// partition scenarios use them through these two names.
 
 // checkOpHistory checks the runner's operations against the worker
-// registry's model; a history not shown linearizable (a violation, or a
-// search that ran out of time) is a violation. The visualisation and the
-// history go to dir.
+// registry's model; the visualisation goes to dir/history on a violation.
 func checkOpHistory(ops []Op, dir string) []Violation {
-	h := toHistory(ops)
-	if len(h) == 0 {
-		return nil
-	}
-	_, err := history.Check(h, history.Options{WorkerTimeout: DefaultConfig("", "", Standalone).WorkerTimeout, Dir: dir, Timeout: 2 * time.Minute})
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, history.ErrUndecided) {
-		return []Violation{{CheckHistory, "not shown linearizable: " + err.Error()}}
-	}
-	return []Violation{{CheckHistory, err.Error()}}
+	return HistoryChecker(DefaultConfig("", "", Standalone).WorkerTimeout)(ops, dir)
 }
 
-// toHistory converts the runner's operations: times become offsets from
-// the first invocation; an outcome other than ok, reregister and
-// forbidden (no reply, not_leader, unavailable after the retries) may
-// have taken effect and is unknown.
-func toHistory(ops []Op) []history.Op {
-	var start time.Time
-	for _, op := range ops {
-		if start.IsZero() || op.Invoke.Before(start) {
-			start = op.Invoke
-		}
-	}
-	out := make([]history.Op, 0, len(ops))
-	for _, op := range ops {
-		h := history.Op{Client: op.Client, Call: op.Invoke.Sub(start), Return: op.Return.Sub(start), Done: true}
-		switch op.Kind {
-		case OpRegister:
-			h.Input = history.Input{Kind: history.Register, Endpoint: op.Endpoint, Incarnation: op.Incarnation}
-		case OpActivate:
-			h.Input = history.Input{Kind: history.Activate, ID: op.ID, Epoch: op.Epoch}
-		case OpHeartbeat:
-			h.Input = history.Input{Kind: history.Heartbeat, ID: op.ID, Epoch: op.Epoch}
-		case OpDeregister:
-			h.Input = history.Input{Kind: history.Deregister, ID: op.ID, Epoch: op.Epoch}
-		case OpStatus:
-			h.Input = history.Input{Kind: history.Read}
-		default:
-			continue
-		}
-		switch op.Outcome {
-		case OutcomeOK:
-			h.Output = history.Output{Outcome: history.OK, ID: op.ReplyID, Epoch: op.ReplyEpoch}
-		case client.CodeReregister:
-			h.Output = history.Output{Outcome: history.Reregister}
-		case client.CodeForbidden:
-			h.Output = history.Output{Outcome: history.Forbidden}
-		default:
-			h.Output = history.Output{Outcome: history.Unknown, Err: op.Outcome}
-		}
-		if op.Kind == OpStatus && h.Output.Outcome == history.OK {
-			h.Output.Seq = op.Seq
-			for _, w := range op.Workers {
-				h.Output.Workers = append(h.Output.Workers, history.Worker{ID: w.ID, Epoch: w.Epoch, Incarnation: w.Incarnation, Endpoint: w.Endpoint, State: w.State})
-			}
-		}
-		out = append(out, h)
-	}
-	return out
-}
+// toHistory is ToHistory.
+func toHistory(ops []Op) []history.Op { return ToHistory(ops) }
 
 func TestHistoryWiring(t *testing.T) {
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)

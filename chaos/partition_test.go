@@ -35,8 +35,8 @@ import (
 	"github.com/termlog/termlog/chaos/history"
 	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -227,7 +227,7 @@ func (c *pcluster) startProbes(auth, urls string, n int) error {
 	c.stopProbes = func() { cancel(); wg.Wait() }
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("probe-%d", i)
-		opts, err := natslog.RoleOptions(auth, natslog.RoleWorker)
+		opts, err := natsserver.RoleOptions(auth, natsserver.RoleWorker)
 		if err != nil {
 			return err
 		}
