@@ -30,6 +30,7 @@ const (
 	CheckPanics   = "no-panic"
 	CheckRecovery = "recovery"
 	CheckHistory  = "history"
+	CheckExits    = "no-exit"
 )
 
 // LogContiguous checks an export: seqs run 1, 2, 3... with no gap,
@@ -276,6 +277,18 @@ func NoPanics(logs map[string]string) []Violation {
 				out = append(out, Violation{CheckPanics, fmt.Sprintf("%s line %d: %.300s", name, i+1, line)})
 				break
 			}
+		}
+	}
+	return out
+}
+
+// NoExits checks that no process ended without the harness asking
+// (exits: process name -> how each such run ended).
+func NoExits(exits map[string][]string) []Violation {
+	var out []Violation
+	for _, name := range sortedKeys(exits) {
+		for _, e := range exits[name] {
+			out = append(out, Violation{CheckExits, name + ": " + e})
 		}
 	}
 	return out

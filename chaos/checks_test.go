@@ -223,6 +223,12 @@ func TestNoPanics(t *testing.T) {
 	}
 }
 
+func TestNoExits(t *testing.T) {
+	wantClean(t, "none", NoExits(nil))
+	wantViolation(t, "a store that gave up", NoExits(map[string][]string{"store-2": {"pid 4242 exited by itself at 2026-12-01T12:00:00Z: exit status 1"}}),
+		CheckExits, "store-2: pid 4242 exited by itself")
+}
+
 func TestRecovered(t *testing.T) {
 	wantClean(t, "in time", Recovered(3*time.Second, time.Minute))
 	wantViolation(t, "slow", Recovered(61*time.Second, time.Minute), CheckRecovery, "healthy 1m1s after the heal, bound 1m0s")
