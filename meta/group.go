@@ -178,7 +178,7 @@ type flight struct {
 // lastID is the msg id of f's last event.
 func (f *flight) lastID() string {
 	last := f.evs[len(f.evs)-1]
-	return events.MsgID(last.Term, f.base+uint64(len(f.evs)))
+	return events.MsgID(last, f.base+uint64(len(f.evs)))
 }
 
 // combine decides and sends one group; the caller holds sem, and settles

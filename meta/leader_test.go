@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -36,7 +37,9 @@ type testLeader struct {
 	wg     sync.WaitGroup
 }
 
-func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, term uint64, opts ...func(*Config)) *testLeader {
+// newTestLeader is a leader session under the lease revision lease; its
+// startTerm starts the term after the projected one.
+func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, lease uint64, opts ...func(*Config)) *testLeader {
 	t.Helper()
 	cfg := Config{ID: id, Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
 		WorkerTimeout: 10 * time.Second, Logger: zerolog.Nop()}
@@ -49,7 +52,7 @@ func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, t
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tl := &testLeader{lost: make(chan string, 1), cancel: cancel}
-	tl.leaderSession = r.newLeaderSession(ctx, term, func(why string) {
+	tl.leaderSession = r.newLeaderSession(ctx, lease, func(why string) {
 		select {
 		case tl.lost <- why:
 		default:
@@ -88,8 +91,8 @@ func TestStartTermAfterCatchingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := l.r.proj.View()
-	if v.Term != 9 || v.Leader != "meta-2" || v.Seq != 3 {
-		t.Fatalf("view after term.started: seq %d term %d leader %s", v.Seq, v.Term, v.Leader)
+	if v.Term != 2 || v.Lease != 9 || v.Leader != "meta-2" || v.Seq != 3 {
+		t.Fatalf("view after term.started: seq %d term %d lease %d leader %s, want seq 3 term 2 (the second leader) lease 9", v.Seq, v.Term, v.Lease, v.Leader)
 	}
 	if len(v.ListWorkers()) != 1 {
 		t.Fatalf("the new leader must see the worker registered before it: %v", v.ListWorkers())
@@ -433,4 +436,56 @@ func portOf(t *testing.T, url string) int {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Terms count leaders: each leader starts the term after the one it
+// projected, whatever its lease's revision, and records that revision as
+// the term's fencing token.
+func TestTermsCountLeaders(t *testing.T) {
+	log := events.NewMemLog()
+	clk := clock.NewManual(t0)
+	for i, lease := range []uint64{3, 7, 20} {
+		l := newTestLeader(t, fmt.Sprintf("meta-%d", i+1), log, clk, lease)
+		if err := l.startTerm(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		v := l.r.proj.View()
+		if v.Term != uint64(i+1) || v.Lease != lease || l.term != v.Term {
+			t.Fatalf("leader %d: projected term %d lease %d, session term %d; want term %d lease %d", i+1, v.Term, v.Lease, l.term, i+1, lease)
+		}
+		if leading, term := l.r.Leading(); term != 0 || leading {
+			// newTestLeader does not register the session as r.leader.
+			t.Fatalf("Leading = %v %d", leading, term)
+		}
+	}
+}
+
+// The first report's paused leader under counted terms: a holder whose lease
+// lapsed (revision 5) wakes after a newer holder (revision 9) started term 1.
+// It could name term 2, but it holds an older lease: it starts nothing, and
+// the log keeps one term.started.
+func TestDeposedHolderCannotStartATerm(t *testing.T) {
+	log := events.NewMemLog()
+	clk := clock.NewManual(t0)
+	ctx := ctxT(t)
+	newer := newTestLeader(t, "meta-2", log, clk, 9)
+	if err := newer.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := newTestLeader(t, "meta-1", log, clk, 5)
+	err := old.startTerm(ctx)
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("deposed holder's startTerm: %v, want ErrNotLeader", err)
+	}
+	t.Logf("deposed holder: %v", err)
+	if tail, _ := log.Tail(ctx); tail != 1 {
+		t.Fatalf("log tail %d after the deposed holder's attempt, want 1 (its term.started never sent)", tail)
+	}
+	v, err := old.r.proj.CatchUp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Term != 1 || v.Lease != 9 || v.Leader != "meta-2" {
+		t.Fatalf("projection term %d lease %d leader %s, want term 1 lease 9 meta-2", v.Term, v.Lease, v.Leader)
+	}
 }

@@ -150,7 +150,8 @@ func (r *Replica) Heartbeats() uint64 { return r.heartbeats.Load() }
 
 // TermRecord is one term this replica led, for status and tests.
 type TermRecord struct {
-	Term     uint64
+	Term     uint64 // 0 until the term is chosen
+	Lease    uint64 // the lease's revision: the term's fencing token
 	Started  time.Time
 	Ended    time.Time
 	Reason   string // why it ended
@@ -187,8 +188,8 @@ func (r *Replica) View() *projections.State { return r.proj.View() }
 func (r *Replica) Leading() (bool, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.leader == nil {
-		return false, 0
+	if r.leader == nil || r.leader.term == 0 {
+		return false, 0 // no lease, or no term chosen yet
 	}
 	return true, r.leader.term
 }
@@ -233,11 +234,11 @@ func (r *Replica) campaign(ctx context.Context) {
 	// last renewal, with no notification to watch for).
 	retry := r.cfg.LeaseTTL / 6
 	for ctx.Err() == nil {
-		term, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
+		lease, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
 		switch {
 		case err == nil:
-			reason := r.lead(ctx, term)
-			r.log.Warn().Uint64("term", term).Str("reason", reason).Msg("stopped leading; following")
+			term, reason := r.lead(ctx, lease)
+			r.log.Warn().Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
 			if reason == reasonStepDown {
 				// Let another replica win the next round.
 				select {
@@ -264,13 +265,14 @@ const (
 	reasonShutdown = "shutdown" // Run's ctx ended while the term was held
 )
 
-// lead runs one term. It returns why the term ended, after every leader task
-// has been cancelled and joined.
-func (r *Replica) lead(ctx context.Context, term uint64) string {
+// lead runs one term under the lease taken at revision lease. It returns the
+// term (0 if none was chosen) and why it ended, after every leader task has
+// been cancelled and joined.
+func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	lctx, cancel := context.WithCancel(ctx)
 	var once sync.Once
 	var reason string
-	l := r.newLeaderSession(lctx, term, func(why string) {
+	l := r.newLeaderSession(lctx, lease, func(why string) {
 		once.Do(func() {
 			reason = why
 			cancel()
@@ -278,11 +280,11 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 	})
 	lg := l.logger
 	lg.Info().Msg("lease acquired")
-	r.onTerm(term, TermAcquired, "")
+	r.onTerm(l, TermAcquired, "")
 
 	r.mu.Lock()
 	r.leader = l
-	r.terms = append(r.terms, TermRecord{Term: term, Started: r.cfg.Clock.Now()})
+	r.terms = append(r.terms, TermRecord{Lease: lease, Started: r.cfg.Clock.Now()})
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -311,7 +313,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		l.lose(fmt.Sprintf("start term: %v", err))
 	} else {
 		termStarted = true
-		r.onTerm(term, TermStarted, "")
+		r.onTerm(l, TermStarted, "")
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
@@ -345,8 +347,8 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
-	r.onTerm(term, TermEnded, reason)
-	return reason
+	r.onTerm(l, TermEnded, reason)
+	return l.term, reason
 }
 
 type atomicTime struct {

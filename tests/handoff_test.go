@@ -33,6 +33,7 @@ func TestHandoffStaleExpiry(t *testing.T) {
 		return ok && w.State == projections.WorkerRunning
 	})
 	old, _ := m1.View().WorkerAt(endpoint)
+	lease1 := m1.View().Lease // term 1's fencing token, the lease revision meta-1 took
 
 	// 3. Freeze meta-1's expiry after it collected the expired worker and
 	// before it appends (the process stalls, then carries on).
@@ -53,6 +54,10 @@ func TestHandoffStaleExpiry(t *testing.T) {
 		return ok && term > term1 && m2.View().Term == term
 	})
 	_, term2 := m2.Leading()
+	// Terms count leaders; the lease revision is the fencing token.
+	if lease2 := m2.View().Lease; term1 != 1 || term2 != 2 || lease1 == 0 || lease2 <= lease1 {
+		t.Fatalf("terms %d then %d with leases %d then %d; want terms 1, 2 and a newer lease", term1, term2, lease1, lease2)
+	}
 	if got, ok := m2.View().Worker(old.ID); !ok || got.Epoch != old.Epoch {
 		t.Fatalf("new leader's view lost worker %d before anything deleted it: %v", old.ID, workerIDs(m2.View()))
 	}

@@ -521,6 +521,13 @@ func TestCLIUpDataDirLeaseAndConventions(t *testing.T) {
 	if m[2] == first.Leader || newTerm <= first.Term || st.Term < newTerm {
 		t.Fatalf("after stepdown --wait (%q): status term %d leader %s; before: term %d leader %s", r.stdout, st.Term, st.Leader, first.Term, first.Leader)
 	}
+	// Terms count leaders; the lease revision is shown as the fencing token.
+	if newTerm != first.Term+1 || first.TermLease == 0 || st.TermLease <= first.TermLease {
+		t.Fatalf("stepdown from term %d (lease rev %d) to term %d (status: term %d lease rev %d): want the next term and a newer lease", first.Term, first.TermLease, newTerm, st.Term, st.TermLease)
+	}
+	if r := runEnv(t, bin, nil, append([]string{"status"}, c...)...); !strings.Contains(r.stdout, fmt.Sprintf("term %d (lease rev %d)", st.Term, st.TermLease)) {
+		t.Fatalf("status table does not show the term and its lease revision:\n%s", r.stdout)
+	}
 	var ws1, ws2 []map[string]any
 	r1 := runEnv(t, bin, nil, append([]string{"worker", "list", "-o", "json"}, c...)...)
 	r2 := runEnv(t, bin, nil, append([]string{"worker", "list", "--json"}, c...)...)

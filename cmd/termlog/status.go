@@ -33,6 +33,7 @@ type Status struct {
 	LeaseHolder string                `json:"lease_holder"`
 	Seq         uint64                `json:"seq"`
 	Term        uint64                `json:"term"`
+	TermLease   uint64                `json:"term_lease,omitempty"` // the term's fencing token: the lease revision its leader took
 	Leader      string                `json:"leader"`
 	At          time.Time             `json:"at"`
 	Hash        string                `json:"hash"`
@@ -89,7 +90,7 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		return Status{}, err
 	}
 	s := Status{
-		Cluster: cluster, Seq: st.Seq, Term: st.Term, Leader: st.Leader, At: st.At, Hash: st.Hash(),
+		Cluster: cluster, Seq: st.Seq, Term: st.Term, TermLease: st.Lease, Leader: st.Leader, At: st.At, Hash: st.Hash(),
 		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
 		FromSnapshot: origin.Snapshot,
 	}
@@ -155,7 +156,11 @@ func printStatus(w io.Writer, s Status) {
 	if holder == "" {
 		holder = "none (no leader holds the lease)"
 	}
-	fmt.Fprintf(w, "cluster %s  seq %d  term %d  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, s.Term, s.Leader, holder, s.Hash)
+	term := fmt.Sprint(s.Term)
+	if s.TermLease != 0 {
+		term += fmt.Sprintf(" (lease rev %d)", s.TermLease)
+	}
+	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
 	if si := s.FromSnapshot; si != nil {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
 	}

@@ -5,7 +5,7 @@
 //
 // One stream, TERMLOG_<CLUSTER>, holds every event of a cluster on subjects
 // <cluster>.ev.<type>. Appends are fenced by Nats-Expected-Last-Sequence and
-// made idempotent by Nats-Msg-Id = events.MsgID(term, seq).
+// made idempotent by Nats-Msg-Id = events.MsgID(event, seq).
 package natslog
 
 import (
