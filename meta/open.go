@@ -105,7 +105,7 @@ type TermPhase string
 
 // The phases of a term, in order; a term may end after any of them.
 const (
-	TermAcquired  TermPhase = "acquired"  // the lease is held (Lease set); no term chosen yet (Term 0)
+	TermAcquired  TermPhase = "acquired"  // the lease is held, nothing appended yet: Term is 0 (not chosen), Lease set
 	TermStarted   TermPhase = "started"   // term.started is appended and projected
 	TermRecovered TermPhase = "recovered" // the initial barrier recovery is complete
 	TermEnded     TermPhase = "ended"     // every leader task of the term is joined
@@ -114,21 +114,19 @@ const (
 // TermEvent is one phase of a term, at the replica's clock.
 type TermEvent struct {
 	Replica string
-	Term    uint64 // 0 until term.started is appended
-	Lease   uint64 // the lease revision the term runs under: its fencing token
+	Term    uint64 // 0 in TermAcquired: terms count leaders and are chosen at term.started
+	Lease   uint64 // the lease revision: the term's fencing token
 	Phase   TermPhase
 	At      time.Time
 	Reason  string // TermEnded: why the term ended
 }
 
 // onTerm calls the OnTerm hook, if any.
-// It reads l.term, so it runs where l.term is stable: on lead's goroutine,
-// which chooses it, or in a task started after startTerm.
-func (r *Replica) onTerm(l *leaderSession, phase TermPhase, reason string) {
+func (r *Replica) onTerm(term, lease uint64, phase TermPhase, reason string) {
 	if r.cfg.OnTerm == nil {
 		return
 	}
-	r.cfg.OnTerm(TermEvent{Replica: r.cfg.ID, Term: l.term, Lease: l.lease, Phase: phase, At: r.cfg.Clock.Now(), Reason: reason})
+	r.cfg.OnTerm(TermEvent{Replica: r.cfg.ID, Term: term, Lease: lease, Phase: phase, At: r.cfg.Clock.Now(), Reason: reason})
 }
 
 // LeaderOf returns the replica of rs that leads now, and its term; nil and

@@ -280,7 +280,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	})
 	lg := l.logger
 	lg.Info().Msg("lease acquired")
-	r.onTerm(l, TermAcquired, "")
+	r.onTerm(0, lease, TermAcquired, "")
 
 	r.mu.Lock()
 	r.leader = l
@@ -313,7 +313,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		l.lose(fmt.Sprintf("start term: %v", err))
 	} else {
 		termStarted = true
-		r.onTerm(l, TermStarted, "")
+		r.onTerm(l.term, lease, TermStarted, "")
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
@@ -347,7 +347,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
-	r.onTerm(l, TermEnded, reason)
+	r.onTerm(l.term, lease, TermEnded, reason)
 	return l.term, reason
 }
 

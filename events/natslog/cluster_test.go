@@ -161,14 +161,14 @@ func testReplicatedAppends(t *testing.T, nc *nats.Conn) {
 			t.Fatalf("AppendAsync(expected %d, prev %q, %d events) = %d, %v; want %d", expected, prev, len(evs), got, err, want)
 		}
 	}
-	wantAsync(13, "1-13", group(1, 40, 2), 15)
-	wantAsync(15, "1-15", group(1, 50, 1), 16)
+	wantAsync(13, "meta-1-1-13", group(1, 40, 2), 15)
+	wantAsync(15, "meta-1-1-15", group(1, 50, 1), 16)
 	// Retries of a landed chained group, the second read-checked.
-	wantAsync(13, "1-13", group(1, 40, 2), 15)
-	wantAsync(15, "1-15", group(1, 50, 1), 16)
+	wantAsync(13, "meta-1-1-13", group(1, 40, 2), 15)
+	wantAsync(15, "meta-1-1-15", group(1, 50, 1), 16)
 	// Chained to an id the expected last seq does not hold: fenced, even
 	// though that seq is the tail.
-	if _, err := l.AppendAsync(ctxT(t), 16, "1-15", group(1, 60, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
+	if _, err := l.AppendAsync(ctxT(t), 16, "meta-1-1-15", group(1, 60, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("append chained to a wrong id: %v, want ErrFenced", err)
 	}
 	// Another writer's log (no knowledge of our last id) took seq 17; a
@@ -177,11 +177,11 @@ func testReplicatedAppends(t *testing.T, nc *nats.Conn) {
 	if _, err := other.Append(ctxT(t), 16, ev(2, 200)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.AppendAsync(ctxT(t), 17, "1-17", group(1, 70, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
+	if _, err := l.AppendAsync(ctxT(t), 17, "meta-1-1-17", group(1, 70, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("append chained to an event another writer's took the seq of: %v, want ErrFenced", err)
 	}
 	wantTail(17)
-	want := []string{"1-1", "1-2", "1-3", "1-4", "1-5", "2-6", "1-7", "1-8", "1-9", "1-10", "1-11", "1-12", "1-13", "1-14", "1-15", "1-16", "2-17"}
+	want := []string{"meta-1-1-1", "meta-1-1-2", "meta-1-1-3", "meta-1-1-4", "meta-1-1-5", "meta-1-2-6", "meta-1-1-7", "meta-1-1-8", "meta-1-1-9", "meta-1-1-10", "meta-1-1-11", "meta-1-1-12", "meta-1-1-13", "meta-1-1-14", "meta-1-1-15", "meta-1-1-16", "meta-1-2-17"}
 	for i, id := range want {
 		m, err := st.GetMsg(ctxT(t), uint64(i+1))
 		if err != nil {

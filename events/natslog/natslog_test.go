@@ -211,7 +211,7 @@ func TestStreamConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Subject != "east-1.ev.worker.registered" || m.Header.Get(jetstream.MsgIDHeader) != "1-1" {
+	if m.Subject != "east-1.ev.worker.registered" || m.Header.Get(jetstream.MsgIDHeader) != "meta-1-1-1" {
 		t.Errorf("stored subject %q msg id %q", m.Subject, m.Header.Get(jetstream.MsgIDHeader))
 	}
 }

@@ -9,6 +9,7 @@ package testkit
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -52,19 +53,26 @@ func FreePort(t testing.TB) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Below the kernel's ephemeral range (32768-60999 here): a port taken
+	// from the ephemeral range is free only until the next connect or
+	// `Port: -1` listener of any test (a parallel package's included)
+	// takes it, between this check and the server's own bind; a cluster
+	// route port chosen ahead must stay free. Random, so that two test
+	// processes rarely try the same one.
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if handed[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
-		if !handed[port] {
-			handed[port] = true
-			return port
-		}
+		handed[port] = true
+		return port
 	}
-	t.Fatal("no free port")
+	t.Fatal("no free port in 20000-31999")
 	return 0
 }
 
