@@ -308,7 +308,7 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 		s := r.C.Stores[st.Target%len(r.C.Stores)]
 		id := r.C.StoreIDs[s.Name]
 		l.count(st.Fault)
-		l.add("SIGKILL %s; down until its replicas are being replaced", s.Name)
+		l.add("SIGKILL %s; down until its replicas are removed", s.Name)
 		if err := s.Kill(); err != nil {
 			return err
 		}

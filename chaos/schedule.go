@@ -25,9 +25,11 @@ const (
 	// Repeat times, Hold apart.
 	StoreRapidRestart Fault = "store-rapid-restart"
 	// StoreReplaced SIGKILLs a store and keeps it down past the store
-	// timeout until the leader replaces its replicas, starts it, and
-	// SIGKILLs it again Hold after that, during its replacement (the
-	// second report), then starts it for good.
+	// timeout until the leader has removed its replicas (the first step of
+	// their replacement), starts it with the removed replicas' data on
+	// disk (the second report's zombie candidate), SIGKILLs it again Hold
+	// later, while its new replicas are being added, then starts it for
+	// good.
 	StoreReplaced Fault = "store-down-replaced"
 	// NATSKill SIGKILLs a NATS node (on R3 one of three; standalone, the
 	// only server) and starts it again after Hold.
