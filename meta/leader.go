@@ -34,9 +34,8 @@ var ErrDisconnected = errors.New("NATS connection down")
 //   - commit (the committer): the decided-but-unsent mutations and the
 //     groups in flight; see committer. Everything else changes cluster
 //     state only by submitting a decision to it.
-//   - live: the heartbeat deadlines and the reconnect count they were last
-//     valid for, behind live.mu; RPC handlers and the expiry loop read and
-//     change it only as the decisions say.
+//   - live (liveness): the heartbeat deadlines, behind its own mutex; RPC
+//     handlers and the expiry loop change them only as the decisions say.
 //   - rec and waiting, behind rmu: the control loop writes them, recovery()
 //     reads them.
 //   - sched: the stores' reports and the last health, behind its own mutex.
@@ -50,7 +49,7 @@ type leaderSession struct {
 	logger zerolog.Logger
 
 	commit *committer
-	live   liveness
+	live   *liveness
 
 	rmu     sync.Mutex
 	rec     Recovery            // Waiting is kept in waiting instead
@@ -59,24 +58,17 @@ type leaderSession struct {
 	sched *schedState
 }
 
-// liveness is the leader's memory of worker liveness (memory only: a new
-// leader grants fresh timeouts). mu guards every field; the decisions on it
-// are decide.Hear, decide.Heartbeat and decide.Expire.
-type liveness struct {
-	mu         sync.Mutex
-	deadlines  map[uint64]decide.Deadline // heartbeat deadlines by worker id
-	reconnects uint64                     // NC's reconnect count when the deadlines were last valid
-}
-
 // newLeaderSession starts term; ctx is the term's context (lose must end it).
 func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
 		r: r, ctx: ctx, term: term, lose: lose,
 		logger: r.log.With().Uint64("term", term).Logger(),
-		live:   liveness{deadlines: map[uint64]decide.Deadline{}},
 		sched:  newSchedState(),
 	}
-	l.live.reconnects = l.conn().Reconnects
+	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, l.conn(), func(workers int) {
+		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
+			Msg("NATS connection is back: every worker gets a fresh full timeout")
+	})
 	l.commit = newLeaderCommitter(l)
 	return l
 }
@@ -85,11 +77,6 @@ func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(s
 func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
 	_, err := l.commit.Submit(ctx, fp, decide)
 	return err
-}
-
-// decisions is the configuration of the pure worker decisions.
-func (l *leaderSession) decisions() decide.Config {
-	return decide.Config{WorkerTimeout: l.r.cfg.WorkerTimeout}
 }
 
 func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
@@ -199,25 +186,6 @@ func (l *leaderSession) conn() decide.Conn {
 		return decide.Conn{None: true}
 	}
 	return decide.Conn{Connected: nc.IsConnected(), Reconnects: nc.Stats().Reconnects}
-}
-
-// hearLocked decides whether heartbeats can reach this leader now (see
-// decide.Hear) and, when the connection came back, pushes every deadline to
-// the floor the decision names. Called with live.mu held.
-func (l *leaderSession) hearLocked(now time.Time) bool {
-	h := decide.Hear(l.conn(), l.live.reconnects, now, l.decisions())
-	if h.Back {
-		l.live.reconnects = h.Reconnects
-		for id, d := range l.live.deadlines {
-			if d.At.Before(h.Floor) {
-				d.At = h.Floor
-				l.live.deadlines[id] = d
-			}
-		}
-		l.logger.Info().Int("workers", len(l.live.deadlines)).Dur("timeout", l.r.cfg.WorkerTimeout).
-			Msg("NATS connection is back: every worker gets a fresh full timeout")
-	}
-	return h.Hearing
 }
 
 // rpcHandlers is how many requests that may append are handled at once:
@@ -331,7 +299,7 @@ func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref clien
 		return unavailable(err)
 	}
 	if d.Renew {
-		l.touch(d.Reply.ID, d.Reply.Epoch)
+		l.live.renew(d.Reply.ID, d.Reply.Epoch, l.r.cfg.Clock.Now())
 	}
 	return d.Reply
 }
@@ -412,7 +380,7 @@ func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest
 	if !r.Existing {
 		l.logger.Info().Uint64("worker_id", rep.ID).Uint64("epoch", rep.Epoch).Str("endpoint", req.Endpoint).Msg("worker registered")
 	}
-	l.touch(rep.ID, rep.Epoch)
+	l.live.renew(rep.ID, rep.Epoch, l.r.cfg.Clock.Now())
 	return rep
 }
 
@@ -435,29 +403,13 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.
 	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
-	now := l.r.cfg.Clock.Now()
 	if rep := decide.Owned(w, found, ref); rep != nil {
 		if rep.Error.Code == client.CodeForbidden {
 			l.logForbidden(client.RPCHeartbeat, ref)
 		}
 		return *rep
 	}
-	l.live.mu.Lock()
-	l.hearLocked(now) // a deadline that passed during an outage is fresh again
-	d, has := l.live.deadlines[ref.ID]
-	rep, renew, _ := decide.Heartbeat(w, found, ref, d, has, now)
-	if renew {
-		l.live.deadlines[ref.ID] = decide.Renewed(ref.Epoch, now, l.decisions())
-	}
-	l.live.mu.Unlock()
-	return rep
-}
-
-// touch grants a worker a fresh full timeout from now.
-func (l *leaderSession) touch(id, epoch uint64) {
-	l.live.mu.Lock()
-	l.live.deadlines[id] = decide.Renewed(epoch, l.r.cfg.Clock.Now(), l.decisions())
-	l.live.mu.Unlock()
+	return l.live.beat(w, found, ref, l.conn(), l.r.cfg.Clock.Now())
 }
 
 // expiryLoop expires workers whose heartbeat deadline passed: one fenced
@@ -492,22 +444,8 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 	return nil
 }
 
-// collectExpired gathers the expiry decision's inputs (the view, the
-// deadlines, the connection, now), decides (decide.Hear, decide.Expire),
-// applies what it says to the deadlines and returns the events to append.
+// collectExpired decides an expiry tick on v: the view, the deadlines, the
+// connection and now in, the worker.expired events to append out.
 func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
-	now := l.r.cfg.Clock.Now()
-	l.live.mu.Lock()
-	defer l.live.mu.Unlock()
-	if !l.hearLocked(now) {
-		return nil
-	}
-	x := decide.Expire(v, l.live.deadlines, now, l.decisions())
-	for _, g := range x.Grant {
-		l.live.deadlines[g.ID] = g.Deadline
-	}
-	for _, id := range x.Drop {
-		delete(l.live.deadlines, id)
-	}
-	return x.Events
+	return l.live.expire(v, l.conn(), l.r.cfg.Clock.Now())
 }
