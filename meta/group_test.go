@@ -544,3 +544,55 @@ func TestGroupTakenCallerGetsRealOutcome(t *testing.T) {
 		}
 	})
 }
+
+// sealLog records, for every event appended through it, whether it came
+// encoded already (events.Seal): Encode then hands back the same body
+// every time instead of encoding it again.
+type sealLog struct {
+	*events.MemLog
+	mu       sync.Mutex
+	appended int
+	unsealed []string
+}
+
+func (s *sealLog) check(evs []events.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range evs {
+		s.appended++
+		a, err1 := events.Encode(ev)
+		b, err2 := events.Encode(ev)
+		if err1 != nil || err2 != nil || len(a) == 0 || &a[0] != &b[0] {
+			s.unsealed = append(s.unsealed, ev.Type())
+		}
+	}
+}
+
+func (s *sealLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	s.check(evs)
+	return s.MemLog.Append(ctx, expected, evs...)
+}
+
+func (s *sealLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
+	s.check(evs)
+	return s.MemLog.AppendAsync(ctx, expected, prevID, evs...)
+}
+
+// The committer encodes each event once: the log gets the body that was
+// folded into the scratch state, not an event to encode again.
+func TestCommitterEncodesEachEventOnce(t *testing.T) {
+	log := &sealLog{MemLog: events.NewMemLog()}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	group(t, tl, []client.RegisterRequest{
+		{Incarnation: "a", Endpoint: "10.0.0.1:1"},
+		{Incarnation: "b", Endpoint: "10.0.0.2:1"},
+	})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.appended != 3 || len(log.unsealed) != 0 {
+		t.Fatalf("%d events appended, encoded again by the log: %v", log.appended, log.unsealed)
+	}
+}
