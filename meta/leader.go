@@ -36,8 +36,8 @@ var ErrDisconnected = errors.New("NATS connection down")
 //     state only by submitting a decision to it.
 //   - live (liveness): the heartbeat deadlines, behind its own mutex; RPC
 //     handlers and the expiry loop change them only as the decisions say.
-//   - rec and waiting, behind rmu: the control loop writes them, recovery()
-//     reads them.
+//   - recov (recoveryState): the barrier recovery, behind its own mutex;
+//     the control loop writes it, status reads copies.
 //   - sched: the stores' reports and the last health, behind its own mutex.
 //
 // The other fields never change after newLeaderSession.
@@ -50,12 +50,8 @@ type leaderSession struct {
 
 	commit *committer
 	live   *liveness
-
-	rmu     sync.Mutex
-	rec     Recovery            // Waiting is kept in waiting instead
-	waiting map[uint64]struct{} // active workers without an acked control session
-
-	sched *schedState
+	recov  recoveryState
+	sched  *schedState
 }
 
 // newLeaderSession starts term; ctx is the term's context (lose must end it).
