@@ -147,6 +147,12 @@ type handler func(t *testing.T, w *world, d *datadriven.TestData, a args) string
 //	store-drain store=<s> for=<duration>
 //	store-selfdrain store=<s> incarnation=<s> for=<duration>
 //	stores                    the projected stores
+//	group                     registrations decided together, as the
+//	                          committer groups them: each line a register
+//	                          or store-register command, decided in order
+//	                          on the view with the events of those before
+//	                          it; every reply judged on the view after the
+//	                          whole group
 var handlers = map[string]handler{
 	"leader":          cmdLeader,
 	"apply":           cmdApply,
@@ -164,6 +170,7 @@ var handlers = map[string]handler{
 	"store-heartbeat": cmdStoreHeartbeat,
 	"store-drain":     cmdStoreDrain,
 	"store-selfdrain": cmdStoreSelfDrain,
+	"group":           cmdGroup,
 }
 
 // TestScripts runs testdata/*: the leader's worker and store decisions,
@@ -426,6 +433,50 @@ func cmdStoreDrain(t *testing.T, w *world, d *datadriven.TestData, a args) strin
 func cmdStoreSelfDrain(t *testing.T, w *world, d *datadriven.TestData, a args) string {
 	req := client.SelfDrainRequest{Store: a["store"], Incarnation: a["incarnation"], ForMS: a.dur(t, d, "for").Milliseconds()}
 	return w.request(decide.StoreSelfDrain(w.v, req, w.now))
+}
+
+func cmdGroup(t *testing.T, w *world, d *datadriven.TestData, _ args) string {
+	var b strings.Builder
+	var answers []func()
+	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+		cmd, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		a := args{}
+		for _, f := range strings.Fields(rest) {
+			k, v, _ := strings.Cut(f, "=")
+			a[k] = v
+		}
+		switch cmd {
+		case "register":
+			req := client.RegisterRequest{Incarnation: a["incarnation"], Endpoint: a["endpoint"]}
+			r := decide.Register(w.v, req)
+			if !w.commit(&b, r.Events...) {
+				continue
+			}
+			seen := w.v.Seq
+			answers = append(answers, func() {
+				rep, visible := decide.Registered(w.v, r, req, seen)
+				fmt.Fprintf(&b, "%s: %s", line, renderReply(rep))
+				if visible {
+					w.renew(&b, rep.ID, rep.Epoch)
+				}
+			})
+		case "store-register":
+			req := client.StoreRegisterRequest{Store: a["store"], Incarnation: a["incarnation"], RaftAddr: a["addr"]}
+			if !w.commit(&b, decide.StoreRegister(w.v, req)...) {
+				continue
+			}
+			answers = append(answers, func() {
+				rep, _ := decide.StoreRegistered(w.v, req)
+				fmt.Fprintf(&b, "%s: %s", line, renderReply(rep))
+			})
+		default:
+			d.Fatalf(t, "group: %q is not a register or store-register", line)
+		}
+	}
+	for _, answer := range answers {
+		answer()
+	}
+	return b.String()
 }
 
 // TestBadRequest: the reply names the cause.
