@@ -62,9 +62,17 @@ type Payload interface {
 }
 
 // TermStarted opens a leader term. Term must equal the envelope term.
+//
+// Terms count leaders: a leader starts the term after the last one it
+// projected (1, 2, 3, ...). Lease is the revision of the lease it holds (the
+// lease KV's revision when it took the lease), the fencing token: a
+// term.started whose lease is not newer than the current term's is a
+// deposed holder's and is rejected. Logs written before terms counted
+// leaders have no lease (0) and terms equal to lease revisions.
 type TermStarted struct {
 	Term   uint64 `json:"term"`
 	Leader string `json:"leader"`
+	Lease  uint64 `json:"lease,omitempty"`
 }
 
 // WorkerRegistered adds a worker. Epoch is filled by the projection with the

@@ -414,11 +414,13 @@ func onePassTermStarted(s *scanner) Payload {
 	var p TermStarted
 	var seen uint32
 	for more := s.open(); more; more = s.more() {
-		switch s.field(&seen, "term", "leader") {
+		switch s.field(&seen, "term", "leader", "lease") {
 		case 0:
 			p.Term = s.uint64()
 		case 1:
 			p.Leader = s.string()
+		case 2:
+			p.Lease = s.uint64()
 		}
 	}
 	return p

@@ -37,7 +37,7 @@ func (r Record) Decode() (Event, error) { return Decode(r.Seq, r.Data) }
 // events/natslog. Both pass the conformance suite in events/logtest.
 type Log interface {
 	// Append appends evs in order, provided the log's last seq is expectedLast.
-	// Event i gets seq expectedLast+1+i and the message id MsgID(term, seq), so
+	// Event i gets seq expectedLast+1+i and the message id MsgID(event, seq), so
 	// retrying an append whose outcome is unknown is safe: an event the log
 	// already holds under that id is stored once and its seq returned. It
 	// returns the seq of the last event, or an error wrapping ErrFenced when
@@ -92,5 +92,16 @@ type Done struct {
 // Wait implements Pending.
 func (d Done) Wait(context.Context) (uint64, error) { return d.Last, d.Err }
 
-// MsgID is the idempotency key of the event that is to get seq under term.
-func MsgID(term, seq uint64) string { return fmt.Sprintf("%d-%d", term, seq) }
+// MsgID is the idempotency key of ev when it is to get seq: its writer, term
+// and seq. The writer is in it because terms count leaders: two candidates
+// that projected the same tail both start the term after it at the same
+// seq, and with a key of term and seq alone the stream would answer the
+// loser's term.started as a duplicate of the winner's, an ack for an event
+// the loser did not write. (The leader also checks that the term it started
+// carries its own lease: see meta's startTerm.)
+func MsgID(ev Event, seq uint64) string {
+	if ev.Writer == "" {
+		return fmt.Sprintf("%d-%d", ev.Term, seq)
+	}
+	return fmt.Sprintf("%s-%d-%d", ev.Writer, ev.Term, seq)
+}

@@ -79,7 +79,7 @@ func (l *MemLog) appendChained(ctx context.Context, expectedLast uint64, prevID 
 	}()
 	for i, ev := range evs {
 		seq := expectedLast + 1 + uint64(i)
-		id := MsgID(ev.Term, seq)
+		id := MsgID(ev, seq)
 		tail := l.tailLocked()
 		if tail != seq-1 {
 			// A retry of an append that already landed is stored once. The

@@ -51,15 +51,15 @@ func TestMemLogAppendAfterCompaction(t *testing.T) {
 		t.Fatalf("retry of a compacted seq: %v, want ErrFenced", err)
 	}
 	// The chain is checked against the last record held.
-	if _, err := l.AppendAsync(ctx, 3, events.MsgID(1, 2), ev(1, 4)).Wait(ctx); !errors.Is(err, events.ErrFenced) {
+	if _, err := l.AppendAsync(ctx, 3, events.MsgID(ev(1, 0), 2), ev(1, 4)).Wait(ctx); !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("chained to the wrong id: %v, want ErrFenced", err)
 	}
-	if last, err := l.AppendAsync(ctx, 3, events.MsgID(1, 3), ev(1, 4)).Wait(ctx); err != nil || last != 4 {
+	if last, err := l.AppendAsync(ctx, 3, events.MsgID(ev(1, 0), 3), ev(1, 4)).Wait(ctx); err != nil || last != 4 {
 		t.Fatalf("chained to the last record = %d, %v; want 4, nil", last, err)
 	}
 	// Everything compacted: a chain cannot be checked, so it is refused.
 	l.Compact(5)
-	if _, err := l.AppendAsync(ctx, 4, events.MsgID(1, 4), ev(1, 5)).Wait(ctx); !errors.Is(err, events.ErrFenced) {
+	if _, err := l.AppendAsync(ctx, 4, events.MsgID(ev(1, 0), 4), ev(1, 5)).Wait(ctx); !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("chained append on a log holding no record: %v, want ErrFenced", err)
 	}
 	if last, err := l.Append(ctx, 4, ev(1, 5)); err != nil || last != 5 {

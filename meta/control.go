@@ -273,6 +273,7 @@ func (c *controller) completeLocked() {
 	l.recov.rec.CompletedAt = l.r.cfg.Clock.Now()
 	l.recov.rec.Took = l.recov.rec.CompletedAt.Sub(l.recov.rec.StartedAt)
 	l.logger.Info().Int("workers", c.workers).Dur("took", l.recov.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
+	l.r.onTerm(l.term, l.lease, TermRecovered, "")
 }
 
 // event handles a session's ack or end; it reports whether a reconcile is

@@ -12,8 +12,8 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // maxGroup bounds the mutations decided and appended together.
@@ -78,7 +78,9 @@ type mutationResult struct {
 //
 // Who owns what. A committer is safe for concurrent use by any number of
 // submitters; its state has three owners:
-//   - The fields set by newCommitter never change.
+//   - The fields set by newLeaderCommitter never change, but term and
+//     logger, which setTerm sets while the session starts its term (its
+//     only submitter then; every other task starts after it).
 //   - sem is the combiner's token. Only its holder decides and sends a
 //     group, and it alone reads and writes scratch and tail (no lock).
 //   - mu guards queue (submitters append, the combiner takes, a withdrawn
@@ -92,10 +94,10 @@ type mutationResult struct {
 // after done.
 type committer struct {
 	ctx           context.Context // the term's: done when the term ends
-	term          uint64
+	term          uint64          // set by setTerm
 	writer        string
 	log           events.Log
-	proj          *client.Projector
+	proj          *view.Projector
 	clock         clock.Clock
 	fp            *failpoint.Set
 	appendTimeout time.Duration
@@ -122,11 +124,17 @@ type committer struct {
 func newLeaderCommitter(l *leaderSession) *committer {
 	cfg := &l.r.cfg
 	return &committer{
-		ctx: l.ctx, term: l.term, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
+		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
 		appendTimeout: cfg.AppendTimeout, logger: l.logger,
 		connected: l.connected, fenced: l.onFenced, lose: l.lose,
 		sem: make(chan struct{}, 1), minPipelined: minPipelined,
 	}
+}
+
+// setTerm sets the term the committer's events carry, and its logger. It is
+// called while nothing else submits (see committer).
+func (c *committer) setTerm(term uint64, logger zerolog.Logger) {
+	c.term, c.logger = term, logger
 }
 
 // Submit decides and appends one mutation (see committer) and returns the
@@ -236,7 +244,7 @@ type flight struct {
 // lastID is the msg id of f's last event.
 func (f *flight) lastID() string {
 	last := f.evs[len(f.evs)-1]
-	return events.MsgID(last.Term, f.base+uint64(len(f.evs)))
+	return events.MsgID(last, f.base+uint64(len(f.evs)))
 }
 
 // combine decides and sends one group; the caller holds sem, and settles

@@ -154,7 +154,7 @@ func TestGroupFencedMidwayFailsTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.mu.Lock()
-	log.fail = &midFence{at: 4, stored: 2, foreign: events.Event{Term: 2, Writer: "meta-2", At: t0, Data: events.TermStarted{Term: 2, Leader: "meta-2"}}}
+	log.fail = &midFence{at: 4, stored: 2, foreign: events.Event{Term: 2, Writer: "meta-2", At: t0, Data: events.TermStarted{Term: 2, Leader: "meta-2", Lease: 2}}}
 	log.mu.Unlock()
 	reps := group(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1"},

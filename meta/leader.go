@@ -44,7 +44,8 @@ var ErrDisconnected = errors.New("NATS connection down")
 type leaderSession struct {
 	r      *Replica
 	ctx    context.Context // the term's: done when the term ends
-	term   uint64
+	lease  uint64          // the lease's revision when taken: the term's fencing token
+	term   uint64          // chosen by startTerm (with r.mu), before any task that reads it starts
 	lose   func(reason string)
 	logger zerolog.Logger
 
@@ -54,11 +55,12 @@ type leaderSession struct {
 	sched  *schedState
 }
 
-// newLeaderSession starts term; ctx is the term's context (lose must end it).
-func (r *Replica) newLeaderSession(ctx context.Context, term uint64, lose func(string)) *leaderSession {
+// newLeaderSession starts a session under the lease taken at revision
+// lease; ctx is its context (lose must end it). startTerm chooses the term.
+func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
-		r: r, ctx: ctx, term: term, lose: lose,
-		logger: r.log.With().Uint64("term", term).Logger(),
+		r: r, ctx: ctx, lease: lease, lose: lose,
+		logger: r.log.With().Uint64("lease_rev", lease).Logger(),
 		sched:  newSchedState(),
 	}
 	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, l.conn(), func(workers int) {
@@ -121,22 +123,46 @@ func (l *leaderSession) watchdog(ctx context.Context, last *atomicTime) {
 	}
 }
 
-// startTerm projects to the tail and appends term.started with the CAS.
+// startTerm projects to the tail, chooses the term after the projected one
+// and appends its term.started, with the lease as fencing token, under the
+// CAS on that tail.
+//
+// Why this is safe (terms count leaders, so any holder can name the next
+// one): the CAS makes the term.started land only right after the state it
+// was decided on, so two candidates cannot both start the term after it;
+// the projection rejects a term.started whose lease is not newer than the
+// current term's, so a holder whose lease lapsed (its revision is older
+// than the new holder's) cannot start any term after a newer holder
+// started one; and events are accepted only under the current term, so a
+// deposed leader's are rejected from the new term.started on. The leader
+// then checks that the term it projected carries its own lease: only then
+// is it the term's one writer.
 func (l *leaderSession) startTerm(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		if _, err := l.r.proj.CatchUp(ctx); err != nil {
+		v, err := l.r.proj.CatchUp(ctx)
+		if err != nil {
 			return fmt.Errorf("catch up: %w", err)
 		}
+		if v.Lease >= l.lease {
+			return fmt.Errorf("%w: term %d was started under lease %d >= ours %d", ErrNotLeader, v.Term, v.Lease, l.lease)
+		}
+		l.chooseTerm(v.Term + 1)
 		if err := l.r.cfg.Failpoints.Hit(ctx, FPBeforeTermStarted); err != nil {
 			return err
 		}
-		err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-			if v.Term >= l.term {
-				return nil, fmt.Errorf("%w: projection already at term %d >= %d", ErrNotLeader, v.Term, l.term)
+		err = l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+			if v.Term+1 != l.term {
+				// The log moved on after the catch-up: choose again.
+				return nil, fmt.Errorf("%w: projection at term %d, not %d", events.ErrFenced, v.Term, l.term-1)
 			}
-			return []events.Payload{events.TermStarted{Term: l.term, Leader: l.r.cfg.ID}}, nil
+			return []events.Payload{events.TermStarted{Term: l.term, Leader: l.r.cfg.ID, Lease: l.lease}}, nil
 		})
 		if err == nil {
+			var term, lease uint64
+			l.r.proj.Peek(func(v *projections.State) { term, lease = v.Term, v.Lease })
+			if term != l.term || lease != l.lease {
+				return fmt.Errorf("%w: projection at term %d lease %d after starting term %d lease %d", ErrNotLeader, term, lease, l.term, l.lease)
+			}
 			l.logger.Info().Uint64("seq", l.r.proj.Seq()).Msg("term started")
 			return nil
 		}
@@ -144,6 +170,19 @@ func (l *leaderSession) startTerm(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// chooseTerm sets the term the session is to start. Leading and Terms read
+// it under r.mu; the session's own tasks that read it start after startTerm.
+func (l *leaderSession) chooseTerm(term uint64) {
+	l.r.mu.Lock()
+	l.term = term
+	if n := len(l.r.terms); n > 0 {
+		l.r.terms[n-1].Term = term
+	}
+	l.r.mu.Unlock()
+	l.logger = l.r.log.With().Uint64("term", term).Uint64("lease_rev", l.lease).Logger()
+	l.commit.setTerm(term, l.logger)
 }
 
 func (l *leaderSession) onFenced(ctx context.Context, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -16,9 +17,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -35,7 +37,9 @@ type testLeader struct {
 	wg     sync.WaitGroup
 }
 
-func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, term uint64, opts ...func(*Config)) *testLeader {
+// newTestLeader is a leader session under the lease revision lease; its
+// startTerm starts the term after the projected one.
+func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, lease uint64, opts ...func(*Config)) *testLeader {
 	t.Helper()
 	cfg := Config{ID: id, Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
 		WorkerTimeout: 10 * time.Second, Logger: zerolog.Nop()}
@@ -48,7 +52,7 @@ func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, t
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tl := &testLeader{lost: make(chan string, 1), cancel: cancel}
-	tl.leaderSession = r.newLeaderSession(ctx, term, func(why string) {
+	tl.leaderSession = r.newLeaderSession(ctx, lease, func(why string) {
 		select {
 		case tl.lost <- why:
 		default:
@@ -87,8 +91,8 @@ func TestStartTermAfterCatchingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := l.r.proj.View()
-	if v.Term != 9 || v.Leader != "meta-2" || v.Seq != 3 {
-		t.Fatalf("view after term.started: seq %d term %d leader %s", v.Seq, v.Term, v.Leader)
+	if v.Term != 2 || v.Lease != 9 || v.Leader != "meta-2" || v.Seq != 3 {
+		t.Fatalf("view after term.started: seq %d term %d lease %d leader %s, want seq 3 term 2 (the second leader) lease 9", v.Seq, v.Term, v.Lease, v.Leader)
 	}
 	if len(v.ListWorkers()) != 1 {
 		t.Fatalf("the new leader must see the worker registered before it: %v", v.ListWorkers())
@@ -312,8 +316,8 @@ func TestImpersonationRefused(t *testing.T) {
 // nor expires a worker whose deadline passed meanwhile; once the connection
 // is back every worker gets a fresh full timeout before anything expires.
 func TestOutageStopsLeaderActions(t *testing.T) {
-	cfg := natslog.ServerConfig{DataDir: t.TempDir()}
-	srv, err := natslog.StartServer(cfg)
+	cfg := natsserver.ServerConfig{DataDir: t.TempDir()}
+	srv, err := natsserver.StartServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +382,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	// NATS goes down; the worker's deadline passes while its heartbeats
 	// cannot arrive.
 	srv.Shutdown()
-	eventually(t, "the connection to notice", func() bool { return !nc.IsConnected() })
+	testkit.Eventually(t, 10*time.Second, "the connection to notice", func() bool { return !nc.IsConnected() })
 	tail, _ := log.Tail(ctx)
 	clk.Advance(11 * time.Second)
 	if err := l.expireOnce(ctx); err != nil {
@@ -394,10 +398,10 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 
 	// NATS is back: a fresh full timeout first, then expiry works again.
 	cfg.Port = portOf(t, url)
-	if srv, err = natslog.StartServer(cfg); err != nil {
+	if srv, err = natsserver.StartServer(cfg); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the connection to come back", nc.IsConnected)
+	testkit.Eventually(t, 10*time.Second, "the connection to come back", nc.IsConnected)
 	clk.Advance(time.Second)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -421,17 +425,6 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func portOf(t *testing.T, url string) int {
 	t.Helper()
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
@@ -443,4 +436,56 @@ func portOf(t *testing.T, url string) int {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Terms count leaders: each leader starts the term after the one it
+// projected, whatever its lease's revision, and records that revision as
+// the term's fencing token.
+func TestTermsCountLeaders(t *testing.T) {
+	log := events.NewMemLog()
+	clk := clock.NewManual(t0)
+	for i, lease := range []uint64{3, 7, 20} {
+		l := newTestLeader(t, fmt.Sprintf("meta-%d", i+1), log, clk, lease)
+		if err := l.startTerm(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		v := l.r.proj.View()
+		if v.Term != uint64(i+1) || v.Lease != lease || l.term != v.Term {
+			t.Fatalf("leader %d: projected term %d lease %d, session term %d; want term %d lease %d", i+1, v.Term, v.Lease, l.term, i+1, lease)
+		}
+		if leading, term := l.r.Leading(); term != 0 || leading {
+			// newTestLeader does not register the session as r.leader.
+			t.Fatalf("Leading = %v %d", leading, term)
+		}
+	}
+}
+
+// The first report's paused leader under counted terms: a holder whose lease
+// lapsed (revision 5) wakes after a newer holder (revision 9) started term 1.
+// It could name term 2, but it holds an older lease: it starts nothing, and
+// the log keeps one term.started.
+func TestDeposedHolderCannotStartATerm(t *testing.T) {
+	log := events.NewMemLog()
+	clk := clock.NewManual(t0)
+	ctx := ctxT(t)
+	newer := newTestLeader(t, "meta-2", log, clk, 9)
+	if err := newer.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := newTestLeader(t, "meta-1", log, clk, 5)
+	err := old.startTerm(ctx)
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("deposed holder's startTerm: %v, want ErrNotLeader", err)
+	}
+	t.Logf("deposed holder: %v", err)
+	if tail, _ := log.Tail(ctx); tail != 1 {
+		t.Fatalf("log tail %d after the deposed holder's attempt, want 1 (its term.started never sent)", tail)
+	}
+	v, err := old.r.proj.CatchUp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Term != 1 || v.Lease != 9 || v.Leader != "meta-2" {
+		t.Fatalf("projection term %d lease %d leader %s, want term 1 lease 9 meta-2", v.Term, v.Lease, v.Leader)
+	}
 }

@@ -22,10 +22,12 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 )
 
-// Lease is the election primitive. Acquire returns the term: a number that
-// strictly increases across holders.
+// Lease is the election primitive. Acquire returns the lease's revision: a
+// number that strictly increases across holders, the fencing token of the
+// term the holder then starts (terms themselves count leaders; see
+// startTerm).
 type Lease interface {
-	Acquire(ctx context.Context, holder string) (term uint64, err error)
+	Acquire(ctx context.Context, holder string) (lease uint64, err error)
 	Renew(ctx context.Context) error
 	Release(ctx context.Context) error
 }
@@ -37,7 +39,7 @@ const LeaseKey = wire.LeaseKey
 func LeaseBucket(cluster string) string { return wire.LeaseBucket(cluster) }
 
 // KVLease is a Lease on a JetStream KV bucket whose TTL is the lease: Create
-// takes it (the revision is the term), Update(rev) renews it. It uses the
+// takes it (its revision is the fencing token), Update(rev) renews it. It uses the
 // bucket TTL, never a per-key TTL, which Update would drop.
 type KVLease struct {
 	kv jetstream.KeyValue

@@ -12,6 +12,7 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // gateLog is a log whose appends in flight the test steers: before the nth
@@ -109,7 +110,7 @@ func (g *gateLog) Watch(ctx context.Context, from uint64, fn func(events.Record)
 func pipelineLogs(t *testing.T, fn func(t *testing.T, log events.Log)) {
 	t.Run("MemLog", func(t *testing.T) { fn(t, events.NewMemLog()) })
 	t.Run("JetStream", func(t *testing.T) {
-		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+		srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,10 +336,10 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 		g := newGateLog(base)
 		tl := pipelining(newTestLeader(t, "meta-2", g, clk, 2, longAppends))
 		a, b, go2, sent3 := twoGroupsInFlight(t, tl, g, false)
-		// A deposed leader's late event (term 1: the projection drops it,
-		// the leader keeps its term) takes seq 2.
+		// A deposed leader's late event (an older term, 0: the projection
+		// drops it, the leader keeps its term) takes seq 2.
 		g.pause(2)
-		if _, err := base.Append(ctxT(t), 1, events.Event{Term: 1, Writer: "meta-1", At: t0, Data: events.WorkerRegistered{ID: 7, Incarnation: "x", Endpoint: "10.0.0.9:1", Kind: "compute"}}); err != nil {
+		if _, err := base.Append(ctxT(t), 1, events.Event{Term: 0, Writer: "meta-1", At: t0, Data: events.WorkerRegistered{ID: 7, Incarnation: "x", Endpoint: "10.0.0.9:1", Kind: "compute"}}); err != nil {
 			t.Fatal(err)
 		}
 		close(go2)
@@ -349,7 +350,7 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 				t.Errorf("caller %d: %+v, want a not_leader error", i, rep)
 			}
 		}
-		if got, want := logTerms(t, base), "[1:term.started@2 2:worker.registered@1]"; got != want {
+		if got, want := logTerms(t, base), "[1:term.started@1 2:worker.registered@0]"; got != want {
 			t.Fatalf("log %s, want %s", got, want)
 		}
 		select {
@@ -362,7 +363,7 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 		if rep.Error != nil || rep.ID != 1 {
 			t.Fatalf("register after the refused groups: %+v, want id 1", rep)
 		}
-		if got, want := logTerms(t, base), "[1:term.started@2 2:worker.registered@1 3:worker.registered@2]"; got != want {
+		if got, want := logTerms(t, base), "[1:term.started@1 2:worker.registered@0 3:worker.registered@1]"; got != want {
 			t.Fatalf("log %s, want %s", got, want)
 		}
 		v := tl.r.proj.View()

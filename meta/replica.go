@@ -15,8 +15,8 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Failpoint names.
@@ -67,6 +67,23 @@ type Config struct {
 	Clock        clock.Clock
 	Logger       zerolog.Logger
 	Failpoints   *failpoint.Set
+	// OnTerm, when set, is called at each phase of every term this replica
+	// leads (open.go): how the bench and tests observe a failover without
+	// reading log text. It runs on the leader's goroutines, some holding a
+	// lock: it must return at once and must not call the replica.
+	OnTerm func(TermEvent)
+
+	// Read by Open only:
+
+	// Replicas is the replica count of the stream and the buckets Open
+	// creates; default 1.
+	Replicas int
+	// NoHealth: Open makes no health bucket, and the leader publishes no
+	// health record (the bench, whose figures predate the record).
+	NoHealth bool
+	// Wait runs each of Open's steps (what names it): a daemon retries
+	// until JetStream answers and says it is waiting. Nil: each runs once.
+	Wait func(ctx context.Context, what string, open func(context.Context) error) error
 }
 
 func (c *Config) defaults() error {
@@ -115,7 +132,7 @@ func (c *Config) defaults() error {
 type Replica struct {
 	cfg  Config
 	log  zerolog.Logger
-	proj *client.Projector
+	proj *view.Projector
 
 	mu         sync.Mutex
 	leader     *leaderSession // nil when following
@@ -133,7 +150,8 @@ func (r *Replica) Heartbeats() uint64 { return r.heartbeats.Load() }
 
 // TermRecord is one term this replica led, for status and tests.
 type TermRecord struct {
-	Term     uint64
+	Term     uint64 // 0 until the term is chosen
+	Lease    uint64 // the lease's revision: the term's fencing token
 	Started  time.Time
 	Ended    time.Time
 	Reason   string // why it ended
@@ -149,7 +167,7 @@ func New(cfg Config) (*Replica, error) {
 	return &Replica{
 		cfg:      cfg,
 		log:      lg,
-		proj:     client.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
+		proj:     view.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
 		stepDown: make(chan struct{}, 1),
 	}, nil
 }
@@ -161,7 +179,7 @@ func (r *Replica) ID() string { return r.cfg.ID }
 func (r *Replica) Log() events.Log { return r.cfg.Log }
 
 // Projector is the replica's projection of the stream.
-func (r *Replica) Projector() *client.Projector { return r.proj }
+func (r *Replica) Projector() *view.Projector { return r.proj }
 
 // View is the replica's projected state (read-only).
 func (r *Replica) View() *projections.State { return r.proj.View() }
@@ -170,8 +188,8 @@ func (r *Replica) View() *projections.State { return r.proj.View() }
 func (r *Replica) Leading() (bool, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.leader == nil {
-		return false, 0
+	if r.leader == nil || r.leader.term == 0 {
+		return false, 0 // no lease, or no term chosen yet
 	}
 	return true, r.leader.term
 }
@@ -216,11 +234,11 @@ func (r *Replica) campaign(ctx context.Context) {
 	// last renewal, with no notification to watch for).
 	retry := r.cfg.LeaseTTL / 6
 	for ctx.Err() == nil {
-		term, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
+		lease, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
 		switch {
 		case err == nil:
-			reason := r.lead(ctx, term)
-			r.log.Warn().Uint64("term", term).Str("reason", reason).Msg("stopped leading; following")
+			term, reason := r.lead(ctx, lease)
+			r.log.Warn().Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
 			if reason == reasonStepDown {
 				// Let another replica win the next round.
 				select {
@@ -247,13 +265,14 @@ const (
 	reasonShutdown = "shutdown" // Run's ctx ended while the term was held
 )
 
-// lead runs one term. It returns why the term ended, after every leader task
-// has been cancelled and joined.
-func (r *Replica) lead(ctx context.Context, term uint64) string {
+// lead runs one term under the lease taken at revision lease. It returns the
+// term (0 if none was chosen) and why it ended, after every leader task has
+// been cancelled and joined.
+func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	lctx, cancel := context.WithCancel(ctx)
 	var once sync.Once
 	var reason string
-	l := r.newLeaderSession(lctx, term, func(why string) {
+	l := r.newLeaderSession(lctx, lease, func(why string) {
 		once.Do(func() {
 			reason = why
 			cancel()
@@ -261,10 +280,11 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 	})
 	lg := l.logger
 	lg.Info().Msg("lease acquired")
+	r.onTerm(0, lease, TermAcquired, "")
 
 	r.mu.Lock()
 	r.leader = l
-	r.terms = append(r.terms, TermRecord{Term: term, Started: r.cfg.Clock.Now()})
+	r.terms = append(r.terms, TermRecord{Lease: lease, Started: r.cfg.Clock.Now()})
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -293,6 +313,7 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		l.lose(fmt.Sprintf("start term: %v", err))
 	} else {
 		termStarted = true
+		r.onTerm(l.term, lease, TermStarted, "")
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
@@ -326,7 +347,8 @@ func (r *Replica) lead(ctx context.Context, term uint64) string {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
-	return reason
+	r.onTerm(l.term, lease, TermEnded, reason)
+	return l.term, reason
 }
 
 type atomicTime struct {

@@ -223,9 +223,20 @@ func (s *State) termStarted(ev events.Event, d events.TermStarted) Result {
 	if d.Leader == "" {
 		return invalid("no leader")
 	}
+	// The lease fence: terms count leaders, so a holder whose lease
+	// lapsed can always name a term above the current one; what it cannot
+	// name is a newer lease. Once a term was started under a lease, every
+	// later term needs a newer one.
+	if s.Lease != 0 && d.Lease <= s.Lease {
+		return Result{Outcome: Rejected, Kind: AnomalyStaleLease, Reason: fmt.Sprintf("term %d lease %d <= current term %d's lease %d", d.Term, d.Lease, s.Term, s.Lease)}
+	}
 	s.Term = ev.Term
 	s.Leader = d.Leader
-	return applied("term %d leader %s", d.Term, d.Leader)
+	s.Lease = d.Lease
+	if d.Lease == 0 {
+		return applied("term %d leader %s", d.Term, d.Leader)
+	}
+	return applied("term %d leader %s lease %d", d.Term, d.Leader, d.Lease)
 }
 
 func (s *State) workerRegistered(ev events.Event, d events.WorkerRegistered) Result {

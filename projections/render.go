@@ -11,7 +11,11 @@ import (
 func (s *State) Render() string {
 	s.init()
 	var b strings.Builder
-	fmt.Fprintf(&b, "seq=%d term=%d leader=%s next_worker_id=%d", s.Seq, s.Term, orDash(s.Leader), s.NextWorkerID)
+	fmt.Fprintf(&b, "seq=%d term=%d leader=%s", s.Seq, s.Term, orDash(s.Leader))
+	if s.Lease != 0 {
+		fmt.Fprintf(&b, " lease=%d", s.Lease)
+	}
+	fmt.Fprintf(&b, " next_worker_id=%d", s.NextWorkerID)
 	if !s.At.IsZero() {
 		fmt.Fprintf(&b, " at=%s", s.At.UTC().Format(time.RFC3339Nano))
 	}

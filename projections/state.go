@@ -106,6 +106,7 @@ type Operator struct {
 const (
 	AnomalyStaleTerm  = "stale-term"  // term lower than the current term
 	AnomalyFutureTerm = "future-term" // higher term without term.started
+	AnomalyStaleLease = "stale-lease" // term.started with a lease not newer than the current term's
 	AnomalyInvalid    = "invalid"     // breaks a projection rule
 	AnomalyCorrupt    = "corrupt"     // could not be decoded
 )
@@ -147,6 +148,7 @@ const (
 type State struct {
 	Provenance
 	Leader       string               `json:"leader"`
+	Lease        uint64               `json:"lease,omitempty"` // fencing token of the current term (its term.started's lease)
 	NextWorkerID uint64               `json:"next_worker_id"`
 	Workers      map[uint64]*Worker   `json:"workers"`
 	Endpoints    map[string]uint64    `json:"endpoints"` // endpoint -> active worker id

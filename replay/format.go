@@ -61,6 +61,9 @@ func summary(it Item) string {
 	}
 	switch d := it.Event.Data.(type) {
 	case events.TermStarted:
+		if d.Lease != 0 {
+			return fmt.Sprintf("term=%d leader=%s lease=%d", d.Term, orDash(d.Leader), d.Lease)
+		}
 		return fmt.Sprintf("term=%d leader=%s", d.Term, orDash(d.Leader))
 	case events.WorkerRegistered:
 		s := fmt.Sprintf("id=%d endpoint=%s inc=%s kind=%s par=%d", d.ID, orDash(d.Endpoint), orDash(d.Incarnation), orDash(d.Kind), d.Parallelism)

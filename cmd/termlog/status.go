@@ -20,9 +20,10 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/sched"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Status is what `termlog status --json` prints: read from the stream and
@@ -32,6 +33,7 @@ type Status struct {
 	LeaseHolder string                `json:"lease_holder"`
 	Seq         uint64                `json:"seq"`
 	Term        uint64                `json:"term"`
+	TermLease   uint64                `json:"term_lease,omitempty"` // the term's fencing token: the lease revision its leader took
 	Leader      string                `json:"leader"`
 	At          time.Time             `json:"at"`
 	Hash        string                `json:"hash"`
@@ -83,12 +85,12 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
 	}
-	st, origin, err := client.LoadFrom(ctx, lg, store, logger, clock.Real{})
+	st, origin, err := view.LoadFrom(ctx, lg, store, logger, clock.Real{})
 	if err != nil {
 		return Status{}, err
 	}
 	s := Status{
-		Cluster: cluster, Seq: st.Seq, Term: st.Term, Leader: st.Leader, At: st.At, Hash: st.Hash(),
+		Cluster: cluster, Seq: st.Seq, Term: st.Term, TermLease: st.Lease, Leader: st.Leader, At: st.At, Hash: st.Hash(),
 		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
 		FromSnapshot: origin.Snapshot,
 	}
@@ -154,7 +156,11 @@ func printStatus(w io.Writer, s Status) {
 	if holder == "" {
 		holder = "none (no leader holds the lease)"
 	}
-	fmt.Fprintf(w, "cluster %s  seq %d  term %d  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, s.Term, s.Leader, holder, s.Hash)
+	term := fmt.Sprint(s.Term)
+	if s.TermLease != 0 {
+		term += fmt.Sprintf(" (lease rev %d)", s.TermLease)
+	}
+	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
 	if si := s.FromSnapshot; si != nil {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
 	}
@@ -180,7 +186,7 @@ func printStatus(w io.Writer, s Status) {
 			for _, r := range sortedIDs(sh.Members) {
 				members += fmt.Sprintf(" %d@%s", r, sh.Members[r])
 				for _, st := range s.Stores {
-					if st.ID == sh.Members[r] && st.State == "down" {
+					if st.ID == sh.Members[r] && st.State == events.StoreDown {
 						down++
 					}
 				}
@@ -216,7 +222,7 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s, err := g.dialSession("termlog-status", natslog.RoleObserver)
+	s, err := g.dialSession("termlog-status", natsserver.RoleObserver)
 	if err != nil {
 		return Status{}, err
 	}

@@ -622,8 +622,8 @@ func testAsyncChained(t *testing.T, l events.Log) {
 	mustAppend(t, l, 0, ev(1, 1))
 	ctx := ctxT(t)
 	p1 := l.AppendAsync(ctx, 1, "", evs(1, 2, 3)...)
-	p2 := l.AppendAsync(ctx, 4, events.MsgID(1, 4), evs(1, 5, 2)...)
-	p3 := l.AppendAsync(ctx, 6, events.MsgID(1, 6), ev(1, 7))
+	p2 := l.AppendAsync(ctx, 4, events.MsgID(ev(1, 0), 4), evs(1, 5, 2)...)
+	p3 := l.AppendAsync(ctx, 6, events.MsgID(ev(1, 0), 6), ev(1, 7))
 	wantStored(t, p1, 4, "first append")
 	wantStored(t, p2, 6, "second append, chained to the first")
 	wantStored(t, p3, 7, "third append, chained to the second")
@@ -640,8 +640,8 @@ func testAsyncChainRefusedAfterForeign(t *testing.T, l events.Log) {
 	foreign := evs(4, 50, 2)
 	mustAppend(t, l, 1, foreign...)
 	ctx := ctxT(t)
-	p1 := l.AppendAsync(ctx, 1, events.MsgID(3, 1), evs(3, 10, 2)...)
-	p2 := l.AppendAsync(ctx, 3, events.MsgID(3, 3), evs(3, 20, 2)...)
+	p1 := l.AppendAsync(ctx, 1, events.MsgID(ev(3, 0), 1), evs(3, 10, 2)...)
+	p2 := l.AppendAsync(ctx, 3, events.MsgID(ev(3, 0), 3), evs(3, 20, 2)...)
 	_, err := wait(t, p1)
 	wantFenced(t, err, "append whose seqs another writer took")
 	_, err = wait(t, p2)
@@ -654,12 +654,12 @@ func testAsyncChainRefusedAfterForeign(t *testing.T, l events.Log) {
 // when its expected last seq matches; chained to the right id it lands.
 func testAsyncChainWrongPrev(t *testing.T, l events.Log) {
 	mustAppend(t, l, 0, evs(1, 1, 2)...)
-	_, err := wait(t, l.AppendAsync(ctxT(t), 2, events.MsgID(1, 1), ev(1, 3)))
+	_, err := wait(t, l.AppendAsync(ctxT(t), 2, events.MsgID(ev(1, 0), 1), ev(1, 3)))
 	wantFenced(t, err, "append chained to an event that is not the last")
-	_, err = wait(t, l.AppendAsync(ctxT(t), 2, events.MsgID(2, 2), evs(1, 3, 2)...))
+	_, err = wait(t, l.AppendAsync(ctxT(t), 2, events.MsgID(ev(2, 0), 2), evs(1, 3, 2)...))
 	wantFenced(t, err, "append chained to another term's id at the last seq")
 	wantTail(t, l, 2)
-	wantStored(t, l.AppendAsync(ctxT(t), 2, events.MsgID(1, 2), evs(1, 3, 2)...), 4, "append chained to the last event")
+	wantStored(t, l.AppendAsync(ctxT(t), 2, events.MsgID(ev(1, 0), 2), evs(1, 3, 2)...), 4, "append chained to the last event")
 	checkRecords(t, readAll(t, l, 1), 1, evs(1, 1, 4))
 }
 
@@ -668,13 +668,13 @@ func testAsyncChainWrongPrev(t *testing.T, l events.Log) {
 func testAsyncRetryStoredOnce(t *testing.T, l events.Log) {
 	mustAppend(t, l, 0, ev(5, 1))
 	batch := evs(5, 2, 3)
-	wantStored(t, l.AppendAsync(ctxT(t), 1, events.MsgID(5, 1), batch...), 4, "append")
-	wantStored(t, l.AppendAsync(ctxT(t), 1, events.MsgID(5, 1), batch...), 4, "its chained retry")
+	wantStored(t, l.AppendAsync(ctxT(t), 1, events.MsgID(ev(5, 0), 1), batch...), 4, "append")
+	wantStored(t, l.AppendAsync(ctxT(t), 1, events.MsgID(ev(5, 0), 1), batch...), 4, "its chained retry")
 	wantStored(t, l.AppendAsync(ctxT(t), 1, "", batch...), 4, "its retry without the chain")
 	// Half of the next one landed; its retry stores the rest once.
 	next := evs(5, 5, 4)
 	mustAppend(t, l, 4, next[:2]...)
-	wantStored(t, l.AppendAsync(ctxT(t), 4, events.MsgID(5, 4), next...), 8, "retry of a half-landed chained append")
+	wantStored(t, l.AppendAsync(ctxT(t), 4, events.MsgID(ev(5, 0), 4), next...), 8, "retry of a half-landed chained append")
 	wantTail(t, l, 8)
 	checkRecords(t, readAll(t, l, 1), 1, append(append([]events.Event{ev(5, 1)}, batch...), next...))
 }

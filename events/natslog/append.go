@@ -15,7 +15,7 @@ import (
 )
 
 // Append implements events.Log. Event i gets Nats-Msg-Id
-// events.MsgID(term, expectedLast+1+i) and is stored at expectedLast+1+i.
+// events.MsgID(event i, expectedLast+1+i) and is stored at expectedLast+1+i.
 // One event is published with Nats-Expected-Last-Sequence expectedLast.
 // Several cost about one round trip, not one each, and are stored as a
 // prefix of themselves that follows nothing foreign:
@@ -52,7 +52,7 @@ func (l *Log) Append(ctx context.Context, expectedLast uint64, evs ...events.Eve
 	switch {
 	case len(msgs) == 1 && !l.replicated:
 		seq := expectedLast + 1
-		if err := l.publish(ctx, msgs[0], seq, events.MsgID(evs[0].Term, seq)); err != nil {
+		if err := l.publish(ctx, msgs[0], seq, events.MsgID(evs[0], seq)); err != nil {
 			return expectedLast, err
 		}
 		return seq, nil
@@ -82,7 +82,7 @@ func (l *Log) AppendAsync(ctx context.Context, expectedLast uint64, prevID strin
 	ctx, cancel := l.reqCtx(ctx)
 	defer cancel()
 	if err := l.checkPrev(ctx, expectedLast, prevID); err != nil {
-		return events.Done{Last: expectedLast, Err: fmt.Errorf("natslog: append %s: %w", events.MsgID(evs[0].Term, expectedLast+1), err)}
+		return events.Done{Last: expectedLast, Err: fmt.Errorf("natslog: append %s: %w", events.MsgID(evs[0], expectedLast+1), err)}
 	}
 	last, err := l.appendReplicated(ctx, expectedLast, evs, msgs)
 	return events.Done{Last: last, Err: err}
@@ -145,7 +145,7 @@ func (l *Log) appendReplicated(ctx context.Context, expectedLast uint64, evs []e
 	last, err := l.batches(ctx, expectedLast, evs, msgs)
 	if last > expectedLast {
 		l.mu.Lock()
-		l.lastID, l.lastSeq = events.MsgID(evs[last-expectedLast-1].Term, last), last
+		l.lastID, l.lastSeq = events.MsgID(evs[last-expectedLast-1], last), last
 		l.mu.Unlock()
 	}
 	return last, err
@@ -158,7 +158,7 @@ func (l *Log) batches(ctx context.Context, expectedLast uint64, evs []events.Eve
 		var err error
 		if n == 1 {
 			seq := last + 1
-			err = l.publish(ctx, msgs[0], seq, events.MsgID(evs[0].Term, seq))
+			err = l.publish(ctx, msgs[0], seq, events.MsgID(evs[0], seq))
 		} else {
 			err = l.publishBatch(ctx, last, evs[:n], msgs[:n])
 		}
@@ -195,17 +195,17 @@ func (l *Log) send(expectedLast uint64, prevID string, evs []events.Event, msgs 
 		opts := []jetstream.PublishOpt{
 			jetstream.WithExpectStream(l.name),
 			jetstream.WithExpectLastSequence(seq - 1),
-			jetstream.WithMsgID(events.MsgID(evs[i].Term, seq)),
+			jetstream.WithMsgID(events.MsgID(evs[i], seq)),
 		}
 		switch {
 		case i > 0:
-			opts = append(opts, jetstream.WithExpectLastMsgID(events.MsgID(evs[i-1].Term, seq-1)))
+			opts = append(opts, jetstream.WithExpectLastMsgID(events.MsgID(evs[i-1], seq-1)))
 		case prevID != "":
 			opts = append(opts, jetstream.WithExpectLastMsgID(prevID))
 		}
 		f, err := l.js.PublishMsgAsync(m, opts...)
 		if err != nil {
-			p.sendErr = fmt.Errorf("natslog: append %s at seq %d not sent: %w", events.MsgID(evs[i].Term, seq), seq, err)
+			p.sendErr = fmt.Errorf("natslog: append %s at seq %d not sent: %w", events.MsgID(evs[i], seq), seq, err)
 			break
 		}
 		p.futs = append(p.futs, f)
@@ -231,7 +231,7 @@ func (p *pipeline) Wait(ctx context.Context) (uint64, error) {
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		if err := p.l.settle(ctx, p.msgs[i], seq, events.MsgID(p.evs[i].Term, seq), ack, err); err != nil {
+		if err := p.l.settle(ctx, p.msgs[i], seq, events.MsgID(p.evs[i], seq), ack, err); err != nil {
 			return last, err
 		}
 		last = seq
@@ -258,12 +258,12 @@ func (e *partialError) Unwrap() error { return e.err }
 func (l *Log) publishBatch(ctx context.Context, expected uint64, evs []events.Event, msgs []*nats.Msg) error {
 	for i, m := range msgs {
 		m.Header.Set(jetstream.ExpectedStreamHeader, l.name)
-		m.Header.Set(jetstream.MsgIDHeader, events.MsgID(evs[i].Term, expected+1+uint64(i)))
+		m.Header.Set(jetstream.MsgIDHeader, events.MsgID(evs[i], expected+1+uint64(i)))
 	}
 	msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(expected, 10))
 	ack, err := l.sendBatch(ctx, msgs)
 	want := expected + uint64(len(msgs))
-	first := events.MsgID(evs[0].Term, expected+1)
+	first := events.MsgID(evs[0], expected+1)
 	switch {
 	case err == nil && ack.Sequence == want:
 		return nil
@@ -294,7 +294,7 @@ func (l *Log) publishBatch(ctx context.Context, expected uint64, evs []events.Ev
 			m.Header.Del(jetstream.ExpectedLastSeqHeader)
 		}
 		if len(rest) == 1 {
-			err = l.publish(ctx, rest[0], seq, events.MsgID(evs[i].Term, seq))
+			err = l.publish(ctx, rest[0], seq, events.MsgID(evs[i], seq))
 		} else {
 			err = l.publishBatch(ctx, seq-1, evs[i:], rest)
 		}

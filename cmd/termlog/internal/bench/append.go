@@ -67,7 +67,7 @@ func appendPipelined(ctx context.Context, log events.Log, evs []events.Event, ba
 		expected := base + uint64(lo)
 		last := expected + uint64(hi-lo)
 		q = append(q, inFlight{p: log.AppendAsync(ctx, expected, prevID, evs[lo:hi]...), want: last, n: hi - lo})
-		prevID = events.MsgID(evs[hi-1].Term, last)
+		prevID = events.MsgID(evs[hi-1], last)
 	}
 	for len(q) > 0 {
 		if err := settle(); err != nil {
