@@ -224,7 +224,7 @@ func (l *leaderSession) conn() decide.Conn {
 }
 
 // rpcHandlers is how many requests that may append are handled at once:
-// their mutations are decided and appended in groups (see mutate), so a
+// their mutations are decided and appended in groups (see committer), so a
 // registration burst costs one append per group, not one per worker.
 const rpcHandlers = 2048
 
