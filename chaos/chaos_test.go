@@ -19,12 +19,13 @@ import (
 
 var (
 	flagSeed      = flag.Uint64("seed", 0, "seed of the first schedule (0: from the clock, printed); schedule i uses seed+i [$TERMLOG_CHAOS_SEED]")
-	flagSchedules = flag.Int("schedules", 0, "schedules per topology (default 2 per topology) [$TERMLOG_CHAOS_SCHEDULES]")
+	flagSchedules = flag.Int("schedules", 0, "schedules per topology (default 3) [$TERMLOG_CHAOS_SCHEDULES]")
 	flagTopology  = flag.String("topology", "", "standalone, r3 or both (default both) [$TERMLOG_CHAOS_TOPOLOGY]")
 	flagDir       = flag.String("dir", "", "keep every schedule's logs, exports and histories under this dir (default: a temp dir, kept only when a schedule fails) [$TERMLOG_CHAOS_DIR]")
 	flagBound     = flag.Duration("recovery-bound", 60*time.Second, "a healed cluster must be healthy within this [$TERMLOG_CHAOS_RECOVERY_BOUND]")
 	flagFresh     = flag.Int("fresh-every", 0, "start a fresh cluster every N schedules (0: one cluster per topology) [$TERMLOG_CHAOS_FRESH_EVERY]")
-	flagRace      = flag.Bool("race-bin", false, "build the binary with -race [$TERMLOG_CHAOS_RACE]")
+	flagKeepGoing = flag.Bool("keep-going", false, "after a failing schedule, go on with a fresh cluster instead of stopping the topology (long runs) [$TERMLOG_CHAOS_KEEP_GOING]")
+	flagRace      = flag.Bool("race-bin", raceEnabled, "build the binary with -race (default: when the test runs with -race) [$TERMLOG_CHAOS_RACE]")
 )
 
 func TestMain(m *testing.M) {
@@ -66,6 +67,9 @@ func setFromEnv(t *testing.T) {
 	}
 	if !set["fresh-every"] {
 		env("TERMLOG_CHAOS_FRESH_EVERY", flagFresh, strconv.Atoi)
+	}
+	if !set["keep-going"] {
+		env("TERMLOG_CHAOS_KEEP_GOING", flagKeepGoing, strconv.ParseBool)
 	}
 	if !set["race-bin"] {
 		env("TERMLOG_CHAOS_RACE", flagRace, strconv.ParseBool)
@@ -116,7 +120,7 @@ func TestChaos(t *testing.T) {
 	}
 	n := *flagSchedules
 	if n <= 0 {
-		n = 2
+		n = 3
 	}
 	seed := *flagSeed
 	if seed == 0 {
@@ -192,6 +196,7 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 		}
 	)
 	defer closeC()
+	ok := true
 	for i := range n {
 		if c == nil || (*flagFresh > 0 && i > 0 && i%*flagFresh == 0) {
 			closeC()
@@ -205,7 +210,7 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}
-			r = &Runner{C: c, Rec: rec, RecoveryBound: *flagBound, Logf: t.Logf, CheckHistory: historyChecker}
+			r = &Runner{C: c, Rec: rec, RecoveryBound: *flagBound, Settle: cfg.StoreTimeout, Logf: t.Logf, CheckHistory: HistoryChecker(cfg.WorkerTimeout)}
 			began := time.Now()
 			if took, v := r.WaitHealthy(ctx, 120*time.Second); took < 0 {
 				t.Fatalf("%s cluster %d not healthy 120s after start: %v (logs in %s)", top, gen, v, c.LogDir())
@@ -225,6 +230,7 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 		if res.Recovery >= 0 {
 			*recov = append(*recov, res.Recovery)
 		}
+		appendResult(filepath.Join(root, "results.jsonl"), top, res)
 		if len(res.Violations) > 0 {
 			for _, v := range res.Violations {
 				sum.Violations = append(sum.Violations, fmt.Sprintf("%s seed %d: %s", top, s.Seed, v))
@@ -232,10 +238,45 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 			sum.Failed = append(sum.Failed, fmt.Sprintf("%s seed %d (schedule %d of run seed %d): %s, process logs %s", top, s.Seed, i, seed, dir, c.LogDir()))
 			t.Errorf("%s schedule %d FAILED: %s\n  %d violations:\n    %s\n  steps, export and history: %s\n  process logs: %s\n  reproduce: go test ./chaos -run 'TestChaos/%s' -args -seed %d -schedules %d -topology %s   (or -seed %d -schedules 1 for this schedule alone on a fresh cluster)",
 				top, i, s, len(res.Violations), joinViolations(res.Violations), dir, c.LogDir(), top, seed, i+1, top, s.Seed)
-			return false
+			ok = false
+			if !*flagKeepGoing {
+				return false
+			}
+			closeC() // its state is suspect: the next schedule gets a fresh cluster
 		}
 	}
-	return true
+	return ok
+}
+
+// appendResult appends one schedule's outcome to path (a long run that is
+// stopped keeps what it did).
+func appendResult(path string, top Topology, res Result) {
+	type line struct {
+		Topology   Topology      `json:"topology"`
+		Index      int           `json:"index"`
+		Seed       uint64        `json:"seed"`
+		Schedule   string        `json:"schedule"`
+		Faults     map[Fault]int `json:"faults"`
+		RecoveryMS int64         `json:"recovery_ms"` // -1: never
+		Violations []string      `json:"violations,omitempty"`
+		Dir        string        `json:"dir"`
+		At         time.Time     `json:"at"`
+	}
+	l := line{Topology: top, Index: res.Index, Seed: res.Schedule.Seed, Schedule: res.Schedule.String(), Faults: res.Executed,
+		RecoveryMS: res.Recovery.Milliseconds(), Dir: res.Dir, At: time.Now().UTC()}
+	if res.Recovery < 0 {
+		l.RecoveryMS = -1
+	}
+	for _, v := range res.Violations {
+		l.Violations = append(l.Violations, v.String())
+	}
+	b, _ := json.Marshal(l)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
 }
 
 func joinViolations(vs []Violation) string {
@@ -245,7 +286,3 @@ func joinViolations(vs []Violation) string {
 	}
 	return strings.Join(s, "\n    ")
 }
-
-// historyChecker checks the recorded history (set once chaos/history is
-// wired in).
-var historyChecker func(ops []Op, dir string) []Violation

@@ -252,6 +252,10 @@ func MetaLeading(ctx context.Context, addr string) (leading bool, term uint64, e
 	return leading, term, nil
 }
 
+// scrapeClient keeps no idle connection: every scrape is its own, and
+// nothing outlives it.
+var scrapeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func scrapeMetrics(ctx context.Context, addr string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -259,7 +263,7 @@ func scrapeMetrics(ctx context.Context, addr string) (map[string]*dto.MetricFami
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := scrapeClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

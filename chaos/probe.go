@@ -8,13 +8,14 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // Probe is a worker the runner plays itself, so that every register,
@@ -32,15 +33,22 @@ type Probe struct {
 	rec   Recorder
 	rng   *rand.Rand
 
+	quiet atomic.Bool // no deregistration (while the runner checks a healed cluster)
+
 	mu  sync.Mutex
 	ref client.WorkerRef
 	inc int
 }
 
+// Quiet stops (true) or resumes (false) the probe's deregistrations, so a
+// healed cluster is not made degraded by the probe's own churn while the
+// runner waits for it to be healthy and checks it.
+func (p *Probe) Quiet(q bool) { p.quiet.Store(q) }
+
 // NewProbe connects a probe with the worker role's key and listens on a
 // free port of 127.0.0.1.
 func NewProbe(c *Cluster, name string, seed uint64, rec Recorder) (*Probe, error) {
-	opts, err := natslog.RoleOptions(c.Auth, natslog.RoleWorker)
+	opts, err := natsserver.RoleOptions(c.Auth, natsserver.RoleWorker)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +103,7 @@ func (p *Probe) Run(ctx context.Context) {
 			continue
 		}
 		p.sleep(ctx, 300*time.Millisecond+time.Duration(p.rng.Int64N(int64(400*time.Millisecond))))
-		if p.rng.IntN(25) == 0 {
+		if p.rng.IntN(25) == 0 && !p.quiet.Load() {
 			op, _ := p.call(ctx, OpDeregister, client.RPCDeregister, ref, refOp(ref, p.Endpoint))
 			if op.Outcome == OutcomeOK || op.Outcome == client.CodeReregister {
 				p.forget(ref)
@@ -137,19 +145,16 @@ func (p *Probe) sleep(ctx context.Context, d time.Duration) {
 }
 
 // call sends one request (no retry), waits at most a second, and records
-// it. A shutdown of the probe itself mid-request is not recorded.
+// it: a refusal's code, ok, or unknown when no reply came.
 func (p *Probe) call(ctx context.Context, kind OpKind, rpc string, req any, op Op) (Op, client.Reply) {
 	op.Client, op.Kind = p.Name, kind
 	body, _ := json.Marshal(req)
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	op.Invoke = time.Now()
+	returned := p.rec.Invoke(op)
 	msg, err := p.nc.RequestWithContext(rctx, client.RPCSubject("termlog", rpc), body)
-	op.Return = time.Now()
 	cancel()
 	var rep client.Reply
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return op, rep
 	case errors.Is(err, nats.ErrNoResponders):
 		op.Outcome = "no_responders" // nobody served the subject: nothing happened
 	case err != nil:
@@ -164,6 +169,6 @@ func (p *Probe) call(ctx context.Context, kind OpKind, rpc string, req any, op O
 		}
 		op.ReplyID, op.ReplyEpoch, op.Term = rep.ID, rep.Epoch, rep.Term
 	}
-	p.rec.Record(op)
+	returned(op)
 	return op, rep
 }

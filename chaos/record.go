@@ -22,12 +22,11 @@ const (
 const (
 	OutcomeOK      = "ok"
 	OutcomeUnknown = "unknown" // no reply (timeout, connection lost): it may or may not have taken effect
-	// Anything else is the reply's error code (client.Code*): the request
-	// was refused and changed nothing.
+	// Anything else is the reply's error code (client.Code*).
 )
 
 // Op is one client operation with its invoke and return times, as the
-// client saw it. A history checker (chaos/history) reads these.
+// client saw it. The history checker (chaos/history) reads these.
 type Op struct {
 	Client string `json:"client"` // probe name, or "status"
 	Kind   OpKind `json:"kind"`
@@ -40,9 +39,10 @@ type Op struct {
 	Epoch       uint64 `json:"epoch,omitempty"`
 
 	Invoke time.Time `json:"invoke"`
-	Return time.Time `json:"return"`
+	Return time.Time `json:"return,omitzero"`
+	Done   bool      `json:"done"` // false: still pending when the history was taken
 
-	Outcome string `json:"outcome"`
+	Outcome string `json:"outcome,omitempty"`
 	// Register's reply: the id and epoch granted; every reply's term.
 	ReplyID    uint64 `json:"reply_id,omitempty"`
 	ReplyEpoch uint64 `json:"reply_epoch,omitempty"`
@@ -53,35 +53,56 @@ type Op struct {
 	Workers []StatusWorker `json:"workers,omitempty"`
 }
 
-// Recorder receives every client operation once it has returned.
+// Recorder records client operations: Invoke right before the request is
+// sent, then the returned func with the outcome right after the reply (or
+// the lack of one) arrived. An operation that never returns stays pending.
 type Recorder interface {
-	Record(Op)
+	Invoke(op Op) (returned func(Op))
 }
 
-// OpLog is a Recorder that keeps the operations in memory.
+// OpLog is a Recorder that keeps one history in memory. Reset starts a new
+// one once every operation in flight has returned, so no history holds an
+// operation without its invocation, nor misses one that was in flight.
 type OpLog struct {
-	mu  sync.Mutex
-	ops []Op
+	gate sync.RWMutex // held shared by every operation in flight
+	mu   sync.Mutex
+	ops  []Op
 }
 
-func (l *OpLog) Record(op Op) {
+func (l *OpLog) Invoke(op Op) func(Op) {
+	l.gate.RLock()
 	l.mu.Lock()
+	op.Invoke, op.Done = time.Now(), false
 	l.ops = append(l.ops, op)
+	i := len(l.ops) - 1
 	l.mu.Unlock()
+	var once sync.Once
+	return func(out Op) {
+		once.Do(func() {
+			l.mu.Lock()
+			out.Invoke, out.Return, out.Done = l.ops[i].Invoke, time.Now(), true
+			l.ops[i] = out
+			l.mu.Unlock()
+			l.gate.RUnlock()
+		})
+	}
 }
 
-// Ops returns a copy of the operations recorded so far.
+// Ops returns a copy of the operations recorded so far (pending ones with
+// Done false).
 func (l *OpLog) Ops() []Op {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Op(nil), l.ops...)
 }
 
-// Reset forgets everything recorded (the next schedule starts a history).
+// Reset waits for the operations in flight, then forgets everything.
 func (l *OpLog) Reset() {
+	l.gate.Lock()
 	l.mu.Lock()
 	l.ops = nil
 	l.mu.Unlock()
+	l.gate.Unlock()
 }
 
 // Save writes the operations to path as JSON lines.

@@ -84,7 +84,10 @@ func (s Schedule) String() string {
 // 0-3 s after the one before, so their effects overlap (a worker killed
 // while the leader is paused, a store restarted while NATS elects).
 func Generate(seed uint64, cfg Config) Schedule {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	// Neighbouring seeds (a run's schedules are seed, seed+1, ...) must not
+	// give neighbouring streams: mix the seed and the topology first.
+	h := splitmix(seed ^ splitmix(uint64(len(cfg.Topology))*0x100000001b3+uint64(cfg.Topology[0])))
+	r := rand.New(rand.NewPCG(h, splitmix(h)))
 	s := Schedule{Seed: seed, Topology: cfg.Topology}
 	between := func(lo, hi time.Duration) time.Duration {
 		return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
@@ -120,4 +123,12 @@ func Generate(seed uint64, cfg Config) Schedule {
 		s.Steps = append(s.Steps, st)
 	}
 	return s
+}
+
+// splitmix is SplitMix64's finaliser: a bijective mix of 64 bits.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -23,7 +24,7 @@ func newCluster(t *testing.T, n int, opts ...func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
 	for i := range n {
-		cfg := testConfig(t, fmt.Sprintf("s%d", i+1), t.TempDir(), freeAddr(t))
+		cfg := testConfig(t, fmt.Sprintf("s%d", i+1), t.TempDir(), testkit.FreeAddr(t))
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -78,7 +79,7 @@ func info(h *Host, shard uint64) (ShardInfo, bool) {
 func waitAgree(t *testing.T, shard uint64, want []uint64, hosts ...*Host) uint64 {
 	t.Helper()
 	var leader uint64
-	eventually(t, 20*time.Second, fmt.Sprintf("one leader among %v on shard %d", want, shard), func() bool {
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("one leader among %v on shard %d", want, shard), func() bool {
 		leader = 0
 		for _, h := range hosts {
 			si, ok := info(h, shard)
@@ -104,7 +105,7 @@ func mustPropose(t *testing.T, h *Host, shard uint64, data string) uint64 {
 		idx uint64
 		err error
 	)
-	eventually(t, 10*time.Second, "propose "+data, func() bool {
+	testkit.Eventually(t, 10*time.Second, "propose "+data, func() bool {
 		idx, err = h.Propose(ctxTimeout(t, 2*time.Second), shard, []byte(data))
 		return err == nil
 	})
@@ -113,7 +114,7 @@ func mustPropose(t *testing.T, h *Host, shard uint64, data string) uint64 {
 
 func mustCount(t *testing.T, h *Host, shard, want uint64) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("count %d on %s", want, h.StoreID()), func() bool {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("count %d on %s", want, h.StoreID()), func() bool {
 		v, err := h.Read(ctxTimeout(t, 2*time.Second), shard, CountQuery{})
 		return err == nil && v.(uint64) == want
 	})
@@ -171,7 +172,7 @@ func TestExecutorConfigChanges(t *testing.T) {
 	}
 	// A change decided on the membership before the removal (base ccid
 	// m0) is rejected without a proposal: Raft moved since the decision.
-	if moved := h2.AddReplicaOn(ctxTimeout(t, 10*time.Second), 1, 7, freeAddr(t), m0.CCID); moved.Outcome != Rejected || moved.Attempts != 0 || !strings.Contains(moved.Reason, "moved since") {
+	if moved := h2.AddReplicaOn(ctxTimeout(t, 10*time.Second), 1, 7, testkit.FreeAddr(t), m0.CCID); moved.Outcome != Rejected || moved.Attempts != 0 || !strings.Contains(moved.Reason, "moved since") {
 		t.Fatalf("add on a stale base: %v", moved)
 	}
 	// A stale config change id is rejected by Raft, and the fresh one is reported.
@@ -191,7 +192,7 @@ func TestExecutorConfigChanges(t *testing.T) {
 	}
 
 	// Store 3 stops the removed replica and removes its data.
-	eventually(t, 10*time.Second, "replica 3 applies its own removal", func() bool {
+	testkit.Eventually(t, 10*time.Second, "replica 3 applies its own removal", func() bool {
 		si, ok := info(h3, 1)
 		return !ok || si.CCID >= res.CCID
 	})

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 func TestValidateRaftAddr(t *testing.T) {
@@ -42,7 +44,7 @@ func TestOpenValidates(t *testing.T) {
 // profile; a mismatch on restart is a clear error and touches nothing.
 func TestStoreIdentity(t *testing.T) {
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	cfg := testConfig(t, "s1", dir, addr)
 	cfg.LogDB = ""
 	h := openHost(t, cfg)
@@ -61,7 +63,7 @@ func TestStoreIdentity(t *testing.T) {
 		t.Fatalf("other store id: %v", err)
 	}
 	moved := cfg
-	moved.RaftAddr = freeAddr(t)
+	moved.RaftAddr = testkit.FreeAddr(t)
 	if _, err := Open(moved); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("other address: %v", err)
 	}
@@ -80,7 +82,7 @@ func TestTinyNodeHostFootprint(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	g0 := runtime.NumGoroutine()
-	h := openHost(t, testConfig(t, "s1", t.TempDir(), freeAddr(t)))
+	h := openHost(t, testConfig(t, "s1", t.TempDir(), testkit.FreeAddr(t)))
 	defer h.Close()
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/internal/clock"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Local is what the NodeHost has: the input of Plan besides the view.
@@ -312,7 +312,7 @@ type View struct {
 }
 
 // ViewOf reads the view of a Projector.
-func ViewOf(p *client.Projector) View {
+func ViewOf(p *view.Projector) View {
 	return View{
 		Current: p.View,
 		Changed: p.Changed,

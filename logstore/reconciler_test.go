@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -118,7 +119,7 @@ func TestReconcilerStartsNothingWithoutAView(t *testing.T) {
 	host := &fakeHost{local: Local{Persisted: refs(ref(1, 3))}}
 	fv := newFakeView()
 	fv.set(prefix, true, errors.New("stream unreadable"))
-	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: fv.view(), Logger: testLogger(t), Resync: 10 * time.Millisecond})
+	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: fv.view(), Logger: testkit.Logger(t), Resync: 10 * time.Millisecond})
 	runReconciler(t, r)
 
 	time.Sleep(100 * time.Millisecond)
@@ -138,13 +139,13 @@ func TestReconcilerStartsNothingWithoutAView(t *testing.T) {
 
 	// Healthy: replica 3's data is removed; it is never started.
 	fv.set(full, true, nil)
-	eventually(t, 5*time.Second, "data removal", func() bool { return len(host.Local().Persisted) == 0 })
+	testkit.Eventually(t, 5*time.Second, "data removal", func() bool { return len(host.Local().Persisted) == 0 })
 	for _, a := range host.actions() {
 		if a.Kind == ActStart {
 			t.Fatalf("started %v", a)
 		}
 	}
-	eventually(t, 5*time.Second, "status", func() bool { st := r.Status(); return st.Ready && st.Seq == full.Seq && st.Err == "" })
+	testkit.Eventually(t, 5*time.Second, "status", func() bool { st := r.Status(); return st.Ready && st.Seq == full.Seq && st.Err == "" })
 }
 
 // TestReconcilerReportsZombiesAndRetries: a persisted replica the view does
@@ -154,10 +155,10 @@ func TestReconcilerReportsZombiesAndRetries(t *testing.T) {
 	host := &fakeHost{local: Local{Persisted: refs(ref(1, 3), ref(1, 8))}, fail: errors.New("boom")}
 	fv := newFakeView()
 	fv.set(view, true, nil)
-	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: fv.view(), Logger: testLogger(t), Resync: time.Hour})
+	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: fv.view(), Logger: testkit.Logger(t), Resync: time.Hour})
 	runReconciler(t, r)
 
-	eventually(t, 5*time.Second, "retries of the failing start", func() bool {
+	testkit.Eventually(t, 5*time.Second, "retries of the failing start", func() bool {
 		n := 0
 		for _, a := range host.actions() {
 			if a.Kind == ActStart && a.Replica == 3 {
@@ -172,7 +173,7 @@ func TestReconcilerReportsZombiesAndRetries(t *testing.T) {
 	host.mu.Lock()
 	host.fail = nil
 	host.mu.Unlock()
-	eventually(t, 5*time.Second, "start succeeds", func() bool {
+	testkit.Eventually(t, 5*time.Second, "start succeeds", func() bool {
 		return slices.Contains(host.Local().Running, ref(1, 3))
 	})
 	for _, a := range host.actions() {
@@ -186,7 +187,7 @@ func TestReconcilerNoViewYet(t *testing.T) {
 	host := &fakeHost{local: Local{Persisted: refs(ref(1, 3))}}
 	fv := newFakeView()
 	fv.set(projections.New(), true, nil) // an empty stream: seq 0
-	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: fv.view(), Logger: testLogger(t)})
+	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: fv.view(), Logger: testkit.Logger(t)})
 	if err := r.ReconcileOnce(context.Background()); !errors.Is(err, errNoView) {
 		t.Fatalf("ReconcileOnce: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/view"
 )
 
 // StoreConfig configures a log store process.
@@ -51,7 +52,7 @@ const FPExecAdd = "store-exec-add"
 type Store struct {
 	cfg         StoreConfig
 	host        *Host
-	proj        *client.Projector
+	proj        *view.Projector
 	rec         *Reconciler
 	incarnation string
 	logger      zerolog.Logger
@@ -98,11 +99,11 @@ func OpenStore(cfg StoreConfig) (*Store, error) {
 		return nil, err
 	}
 	lg := cfg.Logger.With().Str("store", cfg.Host.StoreID).Logger()
-	var opts []client.ProjectorOption
+	var opts []view.ProjectorOption
 	if cfg.Snapshots != nil {
-		opts = append(opts, client.WithSnapshots(cfg.Snapshots))
+		opts = append(opts, view.WithSnapshots(cfg.Snapshots))
 	}
-	proj := client.NewProjector(cfg.Log, lg, cfg.Clock, opts...)
+	proj := view.NewProjector(cfg.Log, lg, cfg.Clock, opts...)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), logger: lg, outcomes: map[string]*atomic.Uint64{}}
@@ -117,7 +118,7 @@ func OpenStore(cfg StoreConfig) (*Store, error) {
 func (s *Store) Host() *Host { return s.host }
 
 // Projector is the store's own projection of the stream.
-func (s *Store) Projector() *client.Projector { return s.proj }
+func (s *Store) Projector() *view.Projector { return s.proj }
 
 // Reconciler is the store's membership reconciler.
 func (s *Store) Reconciler() *Reconciler { return s.rec }

@@ -8,22 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestRaftMutualTLS: two NodeHosts with mutual TLS (a CA and a 127.0.0.1
-// certificate from natslog.InitTLS) form a shard and replicate an entry.
+// certificate from natsserver.InitTLS) form a shard and replicate an entry.
 // Their Raft port speaks TLS with the CA's certificate, and refuses a
 // peer that has no certificate signed by the CA.
 func TestRaftMutualTLS(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tls")
-	if _, err := natslog.InitTLS(dir); err != nil {
+	if _, err := natsserver.InitTLS(dir); err != nil {
 		t.Fatal(err)
 	}
 	files := &TLSFiles{
-		CAFile:   filepath.Join(dir, natslog.TLSCAFile),
-		CertFile: filepath.Join(dir, natslog.TLSCertFile),
-		KeyFile:  filepath.Join(dir, natslog.TLSKeyFile),
+		CAFile:   filepath.Join(dir, natsserver.TLSCAFile),
+		CertFile: filepath.Join(dir, natsserver.TLSCertFile),
+		KeyFile:  filepath.Join(dir, natsserver.TLSKeyFile),
 	}
 	c := newCluster(t, 2, func(cfg *Config) { cfg.TLS = files })
 	for i, h := range c.hosts {
@@ -37,7 +37,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		mustCount(t, h, 1, 1)
 	}
 
-	peer, err := natslog.MutualTLSConfig(files.CertFile, files.KeyFile, files.CAFile)
+	peer, err := natsserver.MutualTLSConfig(files.CertFile, files.KeyFile, files.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}

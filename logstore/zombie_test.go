@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // recorder is an Actuator that records every action it applies.
@@ -35,7 +36,7 @@ func (r *recorder) actions() []Action {
 // storeProc is the store side of one store process: its projector over the
 // stream and its reconciler, both joined by stop.
 type storeProc struct {
-	proj   *client.Projector
+	proj   *view.Projector
 	rec    *Reconciler
 	act    *recorder
 	cancel context.CancelFunc
@@ -46,7 +47,7 @@ func startStore(t *testing.T, log events.Log, h *Host) *storeProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &storeProc{
-		proj:   client.NewProjector(log, testLogger(t), nil),
+		proj:   view.NewProjector(log, testkit.Logger(t), nil),
 		act:    &recorder{Host: h},
 		cancel: cancel,
 	}
@@ -54,7 +55,7 @@ func startStore(t *testing.T, log events.Log, h *Host) *storeProc {
 		Store:  h.StoreID(),
 		Host:   p.act,
 		View:   ViewOf(p.proj),
-		Logger: testLogger(t),
+		Logger: testkit.Logger(t),
 		Resync: 200 * time.Millisecond,
 	})
 	p.wg.Add(2)
@@ -149,7 +150,7 @@ func TestZombieReplicaNeverStarts(t *testing.T) {
 		t.Fatalf("restarted store 3: persisted %v running %v", h3.Persisted(), h3.Running(1, 3))
 	}
 	procs[2] = startStore(t, log, h3)
-	eventually(t, 10*time.Second, "replica 3's data removed", func() bool { return len(h3.Persisted()) == 0 })
+	testkit.Eventually(t, 10*time.Second, "replica 3's data removed", func() bool { return len(h3.Persisted()) == 0 })
 	// Give a would-be zombie several election timeouts to campaign.
 	time.Sleep(5 * c.hosts[0].electionTimeout())
 	for _, a := range procs[2].act.actions() {
@@ -189,7 +190,7 @@ func TestZombieReplicaNeverStarts(t *testing.T) {
 	if len(started) != 1 || started[0].Replica != 4 || !started[0].Join {
 		t.Fatalf("store 3 starts: %v", started)
 	}
-	eventually(t, 5*time.Second, "reconciler status at the tail", func() bool {
+	testkit.Eventually(t, 5*time.Second, "reconciler status at the tail", func() bool {
 		st := procs[2].rec.Status()
 		return st.Ready && st.Seq == seq && st.Err == ""
 	})

@@ -261,6 +261,7 @@ func (c *controller) completeLocked() {
 	l.rec.CompletedAt = l.r.cfg.Clock.Now()
 	l.rec.Took = l.rec.CompletedAt.Sub(l.rec.StartedAt)
 	l.logger.Info().Int("workers", c.workers).Dur("took", l.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
+	l.r.onTerm(l.term, l.lease, TermRecovered, "")
 }
 
 // event handles a session's ack or end; it reports whether a reconcile is

@@ -12,6 +12,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
 )
 
@@ -73,7 +74,7 @@ func (p *pipeAgents) close() {
 // loop's debounce and retry timers) before each look.
 func advancing(t *testing.T, clk *clock.Manual, what string, cond func() bool) {
 	t.Helper()
-	eventually(t, what, func() bool {
+	testkit.Eventually(t, 10*time.Second, what, func() bool {
 		clk.Advance(controlDebounce)
 		return cond()
 	})
@@ -154,7 +155,7 @@ func TestRecoveryWaitsForWorkerJoinedMeanwhile(t *testing.T) {
 	var loop sync.WaitGroup
 	loop.Go(func() { tl.controlLoop(ctx) })
 	defer func() { cancel(); loop.Wait() }()
-	eventually(t, "a's session", func() bool { return tl.recovery().Sessions[epA] == a.ID })
+	testkit.Eventually(t, 10*time.Second, "a's session", func() bool { return tl.recovery().Sessions[epA] == a.ID })
 
 	b := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
 	if b.Error != nil {
@@ -167,7 +168,7 @@ func TestRecoveryWaitsForWorkerJoinedMeanwhile(t *testing.T) {
 	seqB := v.Seq
 	// a acks; the clock stands still, so b's reconcile stays debounced.
 	agents.hold[epA] <- struct{}{}
-	eventually(t, "a's ack handled", func() bool { return len(tl.recovery().Waiting) == 0 })
+	testkit.Eventually(t, 10*time.Second, "a's ack handled", func() bool { return len(tl.recovery().Waiting) == 0 })
 	if r := tl.recovery(); r.State != RecoveryRecovering {
 		t.Fatalf("recovery %s at seq %d with sessions %v; worker %d, active since seq %d, has no session and never acked",
 			r.State, r.Seq, r.Sessions, b.ID, seqB)
@@ -180,7 +181,7 @@ func TestRecoveryWaitsForWorkerJoinedMeanwhile(t *testing.T) {
 	// projection is still at the seq b's session was opened on.
 	rounds := tl.recovery().Rounds
 	agents.hold[epB] <- struct{}{}
-	eventually(t, "recovery complete", func() bool { return tl.recovery().State == RecoveryComplete })
+	testkit.Eventually(t, 10*time.Second, "recovery complete", func() bool { return tl.recovery().State == RecoveryComplete })
 	r := tl.recovery()
 	want := map[string]uint64{epA: a.ID, epB: b.ID}
 	if r.Seq != seqB || !maps.Equal(r.Sessions, want) || r.Waiting != nil || r.Rounds != rounds {
@@ -211,14 +212,14 @@ func TestRecoveryCompletesWithoutWorkerLeftMeanwhile(t *testing.T) {
 	var loop sync.WaitGroup
 	loop.Go(func() { tl.controlLoop(ctx) })
 	defer func() { cancel(); loop.Wait() }()
-	eventually(t, "both sessions", func() bool { return len(tl.recovery().Sessions) == 2 })
+	testkit.Eventually(t, 10*time.Second, "both sessions", func() bool { return len(tl.recovery().Sessions) == 2 })
 
 	if rep := tl.deregister(ctxT(t), client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"}); rep.Error != nil {
 		t.Fatal(rep.Error)
 	}
 	seq := tl.r.proj.Seq()
 	agents.hold[epA] <- struct{}{}
-	eventually(t, "a's ack handled", func() bool { return !slices.Contains(tl.recovery().Waiting, a.ID) })
+	testkit.Eventually(t, 10*time.Second, "a's ack handled", func() bool { return !slices.Contains(tl.recovery().Waiting, a.ID) })
 	if r := tl.recovery(); r.State != RecoveryRecovering || !slices.Equal(r.Waiting, []uint64{b.ID}) {
 		t.Fatalf("before the reconcile: state %s waiting %v, want recovering on [%d]", r.State, r.Waiting, b.ID)
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // mutualTLS generates a CA and a 127.0.0.1 certificate into a fresh dir and
@@ -21,10 +21,10 @@ import (
 func mutualTLS(t *testing.T) *tls.Config {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tls")
-	if _, err := natslog.InitTLS(dir); err != nil {
+	if _, err := natsserver.InitTLS(dir); err != nil {
 		t.Fatal(err)
 	}
-	c, err := natslog.MutualTLSConfig(filepath.Join(dir, natslog.TLSCertFile), filepath.Join(dir, natslog.TLSKeyFile), filepath.Join(dir, natslog.TLSCAFile))
+	c, err := natsserver.MutualTLSConfig(filepath.Join(dir, natsserver.TLSCertFile), filepath.Join(dir, natsserver.TLSKeyFile), filepath.Join(dir, natsserver.TLSCAFile))
 	if err != nil {
 		t.Fatal(err)
 	}

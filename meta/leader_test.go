@@ -17,9 +17,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -315,8 +316,8 @@ func TestImpersonationRefused(t *testing.T) {
 // nor expires a worker whose deadline passed meanwhile; once the connection
 // is back every worker gets a fresh full timeout before anything expires.
 func TestOutageStopsLeaderActions(t *testing.T) {
-	cfg := natslog.ServerConfig{DataDir: t.TempDir()}
-	srv, err := natslog.StartServer(cfg)
+	cfg := natsserver.ServerConfig{DataDir: t.TempDir()}
+	srv, err := natsserver.StartServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	// NATS goes down; the worker's deadline passes while its heartbeats
 	// cannot arrive.
 	srv.Shutdown()
-	eventually(t, "the connection to notice", func() bool { return !nc.IsConnected() })
+	testkit.Eventually(t, 10*time.Second, "the connection to notice", func() bool { return !nc.IsConnected() })
 	tail, _ := log.Tail(ctx)
 	clk.Advance(11 * time.Second)
 	if err := l.expireOnce(ctx); err != nil {
@@ -397,10 +398,10 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 
 	// NATS is back: a fresh full timeout first, then expiry works again.
 	cfg.Port = portOf(t, url)
-	if srv, err = natslog.StartServer(cfg); err != nil {
+	if srv, err = natsserver.StartServer(cfg); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the connection to come back", nc.IsConnected)
+	testkit.Eventually(t, 10*time.Second, "the connection to come back", nc.IsConnected)
 	clk.Advance(time.Second)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -421,17 +422,6 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	}
 	if got := workerList(l.r.proj.View()); got != "[]" {
 		t.Fatalf("silent worker not expired a full timeout after the outage: %s, want []", got)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

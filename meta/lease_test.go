@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestKVLeaseTTLIsTheClusters: OpenKVLease binds an existing lease bucket
@@ -16,7 +16,7 @@ import (
 // replica renewing by another period than the bucket's flaps or holds the
 // lease too long), and a TTL <= 0 is refused before anything is created.
 func TestKVLeaseTTLIsTheClusters(t *testing.T) {
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // gateLog is a log whose appends in flight the test steers: before the nth
@@ -109,7 +110,7 @@ func (g *gateLog) Watch(ctx context.Context, from uint64, fn func(events.Record)
 func pipelineLogs(t *testing.T, fn func(t *testing.T, log events.Log)) {
 	t.Run("MemLog", func(t *testing.T) { fn(t, events.NewMemLog()) })
 	t.Run("JetStream", func(t *testing.T) {
-		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+		srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Failpoint names.
@@ -67,6 +67,23 @@ type Config struct {
 	Clock        clock.Clock
 	Logger       zerolog.Logger
 	Failpoints   *failpoint.Set
+	// OnTerm, when set, is called at each phase of every term this replica
+	// leads (open.go): how the bench and tests observe a failover without
+	// reading log text. It runs on the leader's goroutines, some holding a
+	// lock: it must return at once and must not call the replica.
+	OnTerm func(TermEvent)
+
+	// Read by Open only:
+
+	// Replicas is the replica count of the stream and the buckets Open
+	// creates; default 1.
+	Replicas int
+	// NoHealth: Open makes no health bucket, and the leader publishes no
+	// health record (the bench, whose figures predate the record).
+	NoHealth bool
+	// Wait runs each of Open's steps (what names it): a daemon retries
+	// until JetStream answers and says it is waiting. Nil: each runs once.
+	Wait func(ctx context.Context, what string, open func(context.Context) error) error
 }
 
 func (c *Config) defaults() error {
@@ -115,7 +132,7 @@ func (c *Config) defaults() error {
 type Replica struct {
 	cfg  Config
 	log  zerolog.Logger
-	proj *client.Projector
+	proj *view.Projector
 
 	mu         sync.Mutex
 	leader     *leaderSession // nil when following
@@ -150,7 +167,7 @@ func New(cfg Config) (*Replica, error) {
 	return &Replica{
 		cfg:      cfg,
 		log:      lg,
-		proj:     client.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
+		proj:     view.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
 		stepDown: make(chan struct{}, 1),
 	}, nil
 }
@@ -162,7 +179,7 @@ func (r *Replica) ID() string { return r.cfg.ID }
 func (r *Replica) Log() events.Log { return r.cfg.Log }
 
 // Projector is the replica's projection of the stream.
-func (r *Replica) Projector() *client.Projector { return r.proj }
+func (r *Replica) Projector() *view.Projector { return r.proj }
 
 // View is the replica's projected state (read-only).
 func (r *Replica) View() *projections.State { return r.proj.View() }
@@ -263,6 +280,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	})
 	lg := l.logger
 	lg.Info().Msg("lease acquired")
+	r.onTerm(0, lease, TermAcquired, "")
 
 	r.mu.Lock()
 	r.leader = l
@@ -295,6 +313,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		l.lose(fmt.Sprintf("start term: %v", err))
 	} else {
 		termStarted = true
+		r.onTerm(l.term, lease, TermStarted, "")
 		start("rpc", l.serveRPC)
 		start("expiry", l.expiryLoop)
 		start("control", l.controlLoop)
@@ -328,6 +347,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
+	r.onTerm(l.term, lease, TermEnded, reason)
 	return l.term, reason
 }
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/view"
 )
 
 // Snapshot defaults.
@@ -21,11 +21,11 @@ const (
 	snapshotRetryMax    = 10 * time.Second
 )
 
-func projectorOptions(cfg Config) []client.ProjectorOption {
+func projectorOptions(cfg Config) []view.ProjectorOption {
 	if cfg.Snapshots == nil {
 		return nil
 	}
-	return []client.ProjectorOption{client.WithSnapshots(cfg.Snapshots)}
+	return []view.ProjectorOption{view.WithSnapshots(cfg.Snapshots)}
 }
 
 // snapshotLoop stores a snapshot of the replica's own projection every

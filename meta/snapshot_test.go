@@ -14,6 +14,8 @@ import (
 	"github.com/termlog/termlog/events/eventgen"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -28,7 +30,7 @@ type snapCluster struct {
 
 func newSnapCluster(t *testing.T, n int) *snapCluster {
 	t.Helper()
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func (c *snapCluster) foldHash(t *testing.T, seq uint64) string {
 func leaderTerm(t *testing.T, r *Replica) uint64 {
 	t.Helper()
 	var term uint64
-	eventually(t, r.ID()+" to lead", func() bool {
+	testkit.Eventually(t, 10*time.Second, r.ID()+" to lead", func() bool {
 		ok, tm := r.Leading()
 		term = tm
 		return ok && r.View().Term == tm
@@ -175,13 +177,13 @@ func TestLeaderWritesSnapshots(t *testing.T) {
 	r, stop := runSnapReplica(t, "meta-1", c.log, c.lease, puts, every)
 	term := leaderTerm(t, r)
 	// Seq n+1 is term.started; n+1 >= every: a snapshot right away.
-	eventually(t, "the first snapshot", func() bool { return newest(c.list(t)) >= n+1 })
+	testkit.Eventually(t, 10*time.Second, "the first snapshot", func() bool { return newest(c.list(t)) >= n+1 })
 	first := newest(c.list(t))
 	last := c.appendOther(t, term, 250)
 	// Every 100 events: the newest is less than 100 behind the tail.
 	// Only the 2 newest are kept (pruned after each write).
 	var got []events.SnapshotInfo
-	eventually(t, "2 snapshots kept, the newest less than 100 events behind the tail", func() bool {
+	testkit.Eventually(t, 10*time.Second, "2 snapshots kept, the newest less than 100 events behind the tail", func() bool {
 		got = c.list(t)
 		return newest(got) > last-every && len(got) == 2
 	})
@@ -199,7 +201,7 @@ func TestLeaderWritesSnapshots(t *testing.T) {
 	if extra := int(before + every - 1 - last); extra > 0 {
 		last = c.appendOther(t, term, extra)
 	}
-	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
+	testkit.Eventually(t, 10*time.Second, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
 	puts.stopping.Store(true)
 	stop()
 	// The only snapshot stored after the one at before is the final one,
@@ -256,12 +258,12 @@ func TestReplicaJoinsFromSnapshot(t *testing.T) {
 	leader, _ := c.replica(t, "meta-1", every)
 	term := leaderTerm(t, leader)
 	follower, _ := c.replica(t, "meta-2", every)
-	eventually(t, "the leader's snapshot", func() bool { return newest(c.list(t)) >= n+1 })
+	testkit.Eventually(t, 10*time.Second, "the leader's snapshot", func() bool { return newest(c.list(t)) >= n+1 })
 	snap := newest(c.list(t))
 	last := c.appendOther(t, term, 120) // fewer than every: no newer snapshot
 	joiner, _ := c.replica(t, "meta-3", every)
 	for _, r := range []*Replica{leader, follower, joiner} {
-		eventually(t, r.ID()+" to reach the tail", func() bool { return r.Projector().Seq() == last })
+		testkit.Eventually(t, 10*time.Second, r.ID()+" to reach the tail", func() bool { return r.Projector().Seq() == last })
 	}
 	want := c.foldHash(t, last)
 	for _, r := range []*Replica{leader, follower, joiner} {
@@ -312,7 +314,7 @@ func TestShutdownStoresFinalSnapshotBeforeRelease(t *testing.T) {
 	t.Cleanup(release)                                           // before stop (cleanups run last first)
 	term := leaderTerm(t, r)
 	last++ // term.started
-	eventually(t, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last })
+	testkit.Eventually(t, 10*time.Second, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last })
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
 	select {
@@ -354,7 +356,7 @@ func TestShutdownFinalSnapshotBounded(t *testing.T) {
 	held := &heldSnapshots{MemSnapshots: events.NewMemSnapshots(log), entered: make(chan uint64, 1), release: make(chan struct{})} // never released
 	r, stop := runSnapReplica(t, "meta-1", log, lease, held, -1)
 	term := leaderTerm(t, r)
-	eventually(t, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last+1 })
+	testkit.Eventually(t, 10*time.Second, "the projection to reach term.started", func() bool { return r.Projector().Seq() == last+1 })
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
 	<-held.entered
@@ -396,7 +398,7 @@ func TestLeaderWithoutSnapshotStore(t *testing.T) {
 	r, stop := runSnapReplica(t, "meta-1", c.log, c.lease, nil, 10)
 	term := leaderTerm(t, r)
 	last := c.appendOther(t, term, 35)
-	eventually(t, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
+	testkit.Eventually(t, 10*time.Second, "the projection to reach the tail", func() bool { return r.Projector().Seq() == last })
 	if ok, tm := r.Leading(); !ok || tm != term {
 		t.Fatalf("after 35 events with snapshots every 10 and no store: leading %v term %d, want term %d", ok, tm, term)
 	}

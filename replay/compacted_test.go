@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/replay"
 )
 
@@ -14,7 +15,7 @@ import (
 // check and the read folds from seq 1 instead, and says so.
 func TestReplaySnapshotCompactedFallsBack(t *testing.T) {
 	const n = 1000
-	log := mixMemLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	snapshotAt(t, log, store, 400)
 	var once sync.Once

@@ -9,23 +9,10 @@ import (
 	"testing"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/eventgen"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/replay"
 )
-
-func mixMemLog(t *testing.T, n int) *events.MemLog {
-	t.Helper()
-	mix, err := eventgen.Mix(n, 40)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := events.NewMemLog()
-	if _, err := log.Append(context.Background(), 0, mix.Events...); err != nil {
-		t.Fatal(err)
-	}
-	return log
-}
 
 // snapshotAt stores the state after seq (folded from seq 1) in store.
 func snapshotAt(t *testing.T, log *events.MemLog, store events.SnapshotStore, seq uint64) {
@@ -64,7 +51,7 @@ type stateDoc struct {
 // every cut: snapshot below the wanted seq, at it, and at the last seq.
 func TestReplayStateFromSnapshot(t *testing.T) {
 	const n = 2500
-	log := mixMemLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	for _, s := range []uint64{400, 1000, 2000, n} {
 		snapshotAt(t, log, store, s)
@@ -108,7 +95,7 @@ func TestReplayStateFromSnapshot(t *testing.T) {
 // need every event never use one.
 func TestReplaySnapshotModes(t *testing.T) {
 	const n = 1500
-	log := mixMemLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	snapshotAt(t, log, store, 600)
 	snapshotAt(t, log, store, 1400)
@@ -140,7 +127,7 @@ func TestReplaySnapshotModes(t *testing.T) {
 // and passed over; the answer is the same.
 func TestReplayIgnoresBadSnapshot(t *testing.T) {
 	const n = 1200
-	log := mixMemLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	snapshotAt(t, log, store, 500)
 	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1100, Hash: "feed", Rules: projections.RulesVersion},

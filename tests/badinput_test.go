@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // TestForgedAndCorruptEventsSkippedAlike: a stale-term event appended
@@ -23,10 +25,10 @@ func TestForgedAndCorruptEventsSkippedAlike(t *testing.T) {
 	c := newCluster(t)
 	opts := metaOpts{workerTimeout: 10 * time.Second}
 	nodes := []*metaNode{c.startMeta("meta-1", opts), c.startMeta("meta-2", opts), c.startMeta("meta-3", opts)}
-	first := c.startWorker(freePort(t), "w1", 100*time.Millisecond)
+	first := c.startWorker(testkit.FreeAddr(t), "w1", 100*time.Millisecond)
 	var leader *metaNode
 	var term uint64
-	eventually(t, 15*time.Second, "a leader with a running worker", func() bool {
+	testkit.Eventually(t, 15*time.Second, "a leader with a running worker", func() bool {
 		leader, term = leaderOf(nodes...)
 		if leader == nil {
 			return false
@@ -51,8 +53,8 @@ func TestForgedAndCorruptEventsSkippedAlike(t *testing.T) {
 	}
 
 	// Events after both still count: a second worker registers.
-	second := c.startWorker(freePort(t), "w2", 100*time.Millisecond)
-	eventually(t, 10*time.Second, "the second worker to register", func() bool { return second.w.Ref().ID != 0 })
+	second := c.startWorker(testkit.FreeAddr(t), "w2", 100*time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the second worker to register", func() bool { return second.w.Ref().ID != 0 })
 	if reg := second.w.Ref(); reg.Epoch <= garbage {
 		t.Fatalf("second worker registered at seq %d, before the garbage at %d", reg.Epoch, garbage)
 	}
@@ -99,7 +101,7 @@ func TestForgedAndCorruptEventsSkippedAlike(t *testing.T) {
 		t.Fatalf("replay --rejected does not list the forged event at seq %d", forged)
 	}
 	// A fresh one-shot fold of the stream sees the same.
-	loaded, err := client.Load(ctx, lg)
+	loaded, err := view.Load(ctx, lg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestGarbageRPCsGetClearErrors(t *testing.T) {
 	c := newCluster(t)
 	nodes := []*metaNode{c.startMeta("meta-1", metaOpts{}), c.startMeta("meta-2", metaOpts{}), c.startMeta("meta-3", metaOpts{})}
 	var term uint64
-	eventually(t, 15*time.Second, "a leader that completed recovery", func() bool {
+	testkit.Eventually(t, 15*time.Second, "a leader that completed recovery", func() bool {
 		l, tm := leaderOf(nodes...)
 		if l == nil {
 			return false
@@ -201,7 +203,7 @@ func TestGarbageRPCsGetClearErrors(t *testing.T) {
 		t.Fatalf("leader after the garbage: term %d, want term %d", tm, term)
 	}
 	// The leader still serves a valid registration.
-	body := []byte(fmt.Sprintf(`{"incarnation":"after-garbage","endpoint":%q,"kind":"compute","parallelism":2}`, freePort(t)))
+	body := []byte(fmt.Sprintf(`{"incarnation":"after-garbage","endpoint":%q,"kind":"compute","parallelism":2}`, testkit.FreeAddr(t)))
 	rep, err := rpc(nc, client.RPCRegister, body)
 	if err != nil || rep.Error != nil || rep.ID == 0 || rep.Term != term {
 		t.Fatalf("valid registration after the garbage: %+v, %v", rep, err)
@@ -224,9 +226,9 @@ func TestImpersonatedWorkerRefused(t *testing.T) {
 	c := newCluster(t)
 	opts := metaOpts{workerTimeout: 2 * time.Second, expiry: 100 * time.Millisecond}
 	nodes := []*metaNode{c.startMeta("meta-1", opts), c.startMeta("meta-2", opts)}
-	real := c.startWorker(freePort(t), "real-incarnation", 100*time.Millisecond)
+	real := c.startWorker(testkit.FreeAddr(t), "real-incarnation", 100*time.Millisecond)
 	var leader *metaNode
-	eventually(t, 15*time.Second, "the worker running with its control session", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the worker running with its control session", func() bool {
 		leader, _ = leaderOf(nodes...)
 		if leader == nil {
 			return false
@@ -304,9 +306,9 @@ func TestNATSOutage(t *testing.T) {
 	var workers []*workerNode
 	for i := range 3 {
 		name := fmt.Sprintf("w%d", i+1)
-		workers = append(workers, c.startWorker(freePort(t), name, 100*time.Millisecond))
+		workers = append(workers, c.startWorker(testkit.FreeAddr(t), name, 100*time.Millisecond))
 	}
-	eventually(t, 20*time.Second, "3 running workers and a recovered leader", func() bool {
+	testkit.Eventually(t, 20*time.Second, "3 running workers and a recovered leader", func() bool {
 		l, term := leaderOf(nodes...)
 		if l == nil || len(l.View().ListWorkers()) != 3 {
 			return false
@@ -324,7 +326,7 @@ func TestNATSOutage(t *testing.T) {
 
 	c.stopNATS()
 	stopped := time.Now()
-	eventually(t, lease, "the leader's term to end", func() bool { l, _ := leaderOf(nodes...); return l == nil })
+	testkit.Eventually(t, lease, "the leader's term to end", func() bool { l, _ := leaderOf(nodes...); return l == nil })
 	t.Logf("term %d ended %s into the outage: %s", oldTerm, time.Since(stopped).Round(time.Millisecond), lastTermReason(old))
 	for time.Since(stopped) < 10*time.Second {
 		if l, term := leaderOf(nodes...); l != nil {
@@ -338,7 +340,7 @@ func TestNATSOutage(t *testing.T) {
 
 	var leader *metaNode
 	var term uint64
-	eventually(t, 30*time.Second, "a leader with a new term, 3 running workers and recovery complete", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a leader with a new term, 3 running workers and recovery complete", func() bool {
 		leader, term = leaderOf(nodes...)
 		if leader == nil || term <= oldTerm || leader.View().Term != term {
 			return false

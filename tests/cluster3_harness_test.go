@@ -18,6 +18,8 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // natsCluster3 is a 3-node NATS cluster in this process, on loopback: every
@@ -27,8 +29,8 @@ import (
 type natsCluster3 struct {
 	t     *testing.T
 	mu    sync.Mutex
-	cfgs  [3]natslog.ServerConfig
-	srvs  [3]*natslog.Server     // nil while a node is down
+	cfgs  [3]natsserver.ServerConfig
+	srvs  [3]*natsserver.Server  // nil while a node is down
 	hooks map[string]*appendHook // by meta replica id
 }
 
@@ -38,12 +40,12 @@ func newNATSCluster3(t *testing.T) *natsCluster3 {
 	var routes []string
 	ports := [3]int{}
 	for i := range ports {
-		_, p, _ := net.SplitHostPort(freePort(t))
+		_, p, _ := net.SplitHostPort(testkit.FreeAddr(t))
 		ports[i], _ = strconv.Atoi(p)
-		routes = append(routes, natslog.RouteURL(ports[i]))
+		routes = append(routes, natsserver.RouteURL(ports[i]))
 	}
 	for i := range c.cfgs {
-		c.cfgs[i] = natslog.ServerConfig{
+		c.cfgs[i] = natsserver.ServerConfig{
 			DataDir: t.TempDir(), Name: fmt.Sprintf("n%d", i+1),
 			ClusterName: "termlog-test", ClusterPort: ports[i], Routes: routes,
 			ReadyTimeout: 20 * time.Second,
@@ -68,7 +70,7 @@ func (c *natsCluster3) start(i int) {
 	c.mu.Lock()
 	cfg := c.cfgs[i]
 	c.mu.Unlock()
-	s, err := natslog.StartServer(cfg)
+	s, err := natsserver.StartServer(cfg)
 	if err != nil {
 		c.t.Fatalf("start nats node %d: %v", i+1, err)
 	}
@@ -90,7 +92,7 @@ func (c *natsCluster3) stop(i int) {
 	}
 }
 
-func (c *natsCluster3) srv(i int) *natslog.Server {
+func (c *natsCluster3) srv(i int) *natsserver.Server {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.srvs[i]
@@ -226,7 +228,7 @@ func (p *hookedPending) Wait(ctx context.Context) (uint64, error) {
 // connection dials urls.
 func (c *natsCluster3) startWorker(name, urls string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	return runWorker(c.t, c.connect(name, urls), freePort(c.t), name, heartbeat)
+	return runWorker(c.t, c.connect(name, urls), testkit.FreeAddr(c.t), name, heartbeat)
 }
 
 // streamLeader is the server name of stream's Raft leader ("" while there

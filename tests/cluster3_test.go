@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
@@ -110,7 +111,7 @@ func TestCluster3AppendAcrossStreamLeaderChange(t *testing.T) {
 		}
 	}()
 	appended := func() uint64 { mu.Lock(); defer mu.Unlock(); return last }
-	eventually(t, 10*time.Second, "appends to flow", func() bool { return appended() >= 20 })
+	testkit.Eventually(t, 10*time.Second, "appends to flow", func() bool { return appended() >= 20 })
 	c.stop(c.index(leader))
 	before := appended()
 	// A request that reaches the stream while it elects its next leader is
@@ -128,7 +129,7 @@ func TestCluster3AppendAcrossStreamLeaderChange(t *testing.T) {
 		t.Fatalf("Tail right after the stream leader went = %d, %v; want at least the last acked seq %d", tailSeq, err, before)
 	}
 	t.Logf("Tail right after the stream leader went: %d after %s", tailSeq, time.Since(t0).Round(time.Millisecond))
-	eventually(t, 20*time.Second, "appends to flow under a new stream leader", func() bool {
+	testkit.Eventually(t, 20*time.Second, "appends to flow under a new stream leader", func() bool {
 		l := streamLeader(ctx, nc, "TERMLOG_TERMLOG")
 		return l != "" && l != leader && appended() >= before+20
 	})
@@ -179,7 +180,7 @@ func TestCluster3StreamLeaderDown(t *testing.T) {
 	t.Logf("meta leader %s (term %d) on %s; stream leader %s", leader.ID(), term, c.cfgs[home].Name, c.cfgs[victim].Name)
 
 	reg := startRegistrar(t, c.connect("registrar", c.urls(2)))
-	eventually(t, 20*time.Second, "registrations and expiries before the shutdown", func() bool {
+	testkit.Eventually(t, 20*time.Second, "registrations and expiries before the shutdown", func() bool {
 		return reg.count() >= 10 && len(expired(leader.View(), reg.snapshot())) > 0
 	})
 	pending := reg.snapshot() // registrations left to expire, not yet expired
@@ -197,7 +198,7 @@ func TestCluster3StreamLeaderDown(t *testing.T) {
 		t.Fatal("the meta leader did not append within 20s")
 	}
 	t.Logf("shut down %s at seq %d after %d registrations", c.cfgs[victim].Name, killSeq, killedAt)
-	eventually(t, 30*time.Second, "registrations and expiries under the new stream leader", func() bool {
+	testkit.Eventually(t, 30*time.Second, "registrations and expiries under the new stream leader", func() bool {
 		l, _ := leaderOf(nodes...)
 		return l != nil && reg.count() >= killedAt+10 && len(expired(l.View(), pending)) > 0
 	})
@@ -250,11 +251,11 @@ func TestCluster3MetaLeaderServerDown(t *testing.T) {
 			rest = append(rest, n)
 		}
 	}
-	eventually(t, 10*time.Second, "the old leader to stop leading", func() bool { ok, _ := old.Leading(); return !ok })
+	testkit.Eventually(t, 10*time.Second, "the old leader to stop leading", func() bool { ok, _ := old.Leading(); return !ok })
 	t.Logf("old leader stopped leading after %s: %s", time.Since(stopped).Round(time.Millisecond), lastReason(old))
 	var newLeader *metaNode
 	var newTerm uint64
-	eventually(t, 20*time.Second, "another replica to lead with a higher term", func() bool {
+	testkit.Eventually(t, 20*time.Second, "another replica to lead with a higher term", func() bool {
 		newLeader, newTerm = leaderOf(rest...)
 		return newLeader != nil && newTerm > oldTerm && newLeader.View().Term == newTerm
 	})
@@ -276,7 +277,7 @@ func TestCluster3MetaLeaderServerDown(t *testing.T) {
 	if err := v.CheckInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "3 running workers under the new leader", func() bool {
+	testkit.Eventually(t, 20*time.Second, "3 running workers under the new leader", func() bool {
 		n := 0
 		for _, w := range newLeader.View().ListWorkers() {
 			if w.State == projections.WorkerRunning {
@@ -315,7 +316,7 @@ func startRegistrar(t *testing.T, nc *nats.Conn) *registrar {
 			// Nothing listens there: the leader's control dial fails fast.
 			w, err := client.NewWorker(nc, client.WorkerConfig{
 				Cluster: cluster, Incarnation: inc, Endpoint: fmt.Sprintf("127.0.0.1:%d", 1024+i%8192),
-				Kind: "compute", Parallelism: 1, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(t),
+				Kind: "compute", Parallelism: 1, RequestTimeout: 500 * time.Millisecond, Logger: testkit.Logger(t),
 			})
 			if err != nil {
 				t.Errorf("registrar: %v", err)

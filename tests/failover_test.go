@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 )
 
@@ -19,7 +20,7 @@ func TestLeaderKilledWhileWorkersHeartbeat(t *testing.T) {
 	nodes := []*metaNode{c.startMeta("meta-1", opts), c.startMeta("meta-2", opts), c.startMeta("meta-3", opts)}
 	var workers []*workerNode
 	for i := range 3 {
-		workers = append(workers, c.startWorker(freePort(t), fmt.Sprintf("w%d", i), 200*time.Millisecond))
+		workers = append(workers, c.startWorker(testkit.FreeAddr(t), fmt.Sprintf("w%d", i), 200*time.Millisecond))
 	}
 	old, oldTerm := recoveredLeader(t, 15*time.Second, 3, nodes...)
 	before := workerIDs(old.View())
@@ -33,7 +34,7 @@ func TestLeaderKilledWhileWorkersHeartbeat(t *testing.T) {
 		}
 	}
 	var newLeader *metaNode
-	eventually(t, 15*time.Second, "a new leader with recovery complete", func() bool {
+	testkit.Eventually(t, 15*time.Second, "a new leader with recovery complete", func() bool {
 		l, term := leaderOf(rest...)
 		if l == nil || term <= oldTerm {
 			return false
@@ -90,8 +91,8 @@ func countType(t *testing.T, n *metaNode, typ string) int {
 func TestStepDownJoinsLeaderTasks(t *testing.T) {
 	c := newCluster(t)
 	m := c.startMeta("meta-1", metaOpts{})
-	w := c.startWorker(freePort(t), "w1", 200*time.Millisecond)
-	eventually(t, 10*time.Second, "leader with a recovered worker", func() bool {
+	w := c.startWorker(testkit.FreeAddr(t), "w1", 200*time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "leader with a recovered worker", func() bool {
 		r, ok := currentRecovery(m)
 		return ok && r.State == meta.RecoveryComplete && len(r.Sessions) == 1
 	})
@@ -100,14 +101,14 @@ func TestStepDownJoinsLeaderTasks(t *testing.T) {
 	}
 	_, term := m.Leading()
 	m.StepDown()
-	eventually(t, 5*time.Second, "meta-1 to follow", func() bool { ok, _ := m.Leading(); return !ok })
+	testkit.Eventually(t, 5*time.Second, "meta-1 to follow", func() bool { ok, _ := m.Leading(); return !ok })
 	if n := leaderGoroutines(); n != 0 {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d leader goroutines left after stepping down:\n%s", n, buf[:runtime.Stack(buf, true)])
 	}
 	// The deposed leader's control session went with its tasks.
-	eventually(t, 5*time.Second, "control session closed", func() bool { return !w.agent.Stats().Active })
-	eventually(t, 15*time.Second, "meta-1 to lead again", func() bool {
+	testkit.Eventually(t, 5*time.Second, "control session closed", func() bool { return !w.agent.Stats().Active })
+	testkit.Eventually(t, 15*time.Second, "meta-1 to lead again", func() bool {
 		ok, t2 := m.Leading()
 		return ok && t2 > term
 	})

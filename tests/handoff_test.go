@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/projections"
 )
@@ -20,14 +21,14 @@ func TestHandoffStaleExpiry(t *testing.T) {
 	// 1. Two meta replicas; meta-1 leads. It expires workers after 1 s;
 	// meta-2 gives them a long timeout so only supersession can remove one.
 	m1 := c.startMeta("meta-1", metaOpts{workerTimeout: time.Second, expiry: 100 * time.Millisecond})
-	eventually(t, 10*time.Second, "meta-1 to lead", func() bool { ok, _ := m1.Leading(); return ok })
+	testkit.Eventually(t, 10*time.Second, "meta-1 to lead", func() bool { ok, _ := m1.Leading(); return ok })
 	_, term1 := m1.Leading()
 	m2 := c.startMeta("meta-2", metaOpts{workerTimeout: time.Minute})
 
 	// 2. One streaming compute worker registers and runs.
-	endpoint := freePort(t)
+	endpoint := testkit.FreeAddr(t)
 	w1 := c.startWorker(endpoint, "cn-incarnation-1", 100*time.Millisecond)
-	eventually(t, 10*time.Second, "worker 1 running", func() bool {
+	testkit.Eventually(t, 10*time.Second, "worker 1 running", func() bool {
 		w, ok := m1.View().WorkerAt(endpoint)
 		return ok && w.State == projections.WorkerRunning
 	})
@@ -48,7 +49,7 @@ func TestHandoffStaleExpiry(t *testing.T) {
 	m1.fp.Pause(meta.FPBeforeRenewal)
 
 	// 5. The new leader initialises: term.started is projected.
-	eventually(t, 15*time.Second, "meta-2 to lead and start its term", func() bool {
+	testkit.Eventually(t, 15*time.Second, "meta-2 to lead and start its term", func() bool {
 		ok, term := m2.Leading()
 		return ok && term > term1 && m2.View().Term == term
 	})
@@ -64,8 +65,8 @@ func TestHandoffStaleExpiry(t *testing.T) {
 	// 6. Resume the old leader's deletion: its append is fenced by the CAS.
 	seqBefore, _ := m2.log.Tail(ctx)
 	m1.fp.Resume(meta.FPExpiryAfterCollect)
-	eventually(t, 10*time.Second, "the stale deletion to be fenced", func() bool { return m1.Fenced() >= 1 })
-	eventually(t, 10*time.Second, "meta-1 to follow", func() bool { ok, _ := m1.Leading(); return !ok })
+	testkit.Eventually(t, 10*time.Second, "the stale deletion to be fenced", func() bool { return m1.Fenced() >= 1 })
+	testkit.Eventually(t, 10*time.Second, "meta-1 to follow", func() bool { ok, _ := m1.Leading(); return !ok })
 	m1.fp.Resume(meta.FPBeforeRenewal)
 	if tail, _ := m2.log.Tail(ctx); tail != seqBefore {
 		t.Fatalf("the fenced deletion reached the stream: tail %d -> %d", seqBefore, tail)
@@ -97,17 +98,17 @@ func TestHandoffStaleExpiry(t *testing.T) {
 
 	// 7. The compute node re-registers at the same host:port.
 	w2 := c.startWorker(endpoint, "cn-incarnation-2", 100*time.Millisecond)
-	eventually(t, 10*time.Second, "worker re-registered", func() bool { return w2.w.Ref().ID > old.ID })
+	testkit.Eventually(t, 10*time.Second, "worker re-registered", func() bool { return w2.w.Ref().ID > old.ID })
 	newID := w2.w.Ref().ID
 
 	// 8. The new leader's view holds only the current worker id.
-	eventually(t, 10*time.Second, "only the new id in the view", func() bool {
+	testkit.Eventually(t, 10*time.Second, "only the new id in the view", func() bool {
 		ws := m2.View().ListWorkers()
 		return len(ws) == 1 && ws[0].ID == newID && ws[0].Endpoint == endpoint
 	})
 
 	// 10. Initial barrier recovery completes.
-	eventually(t, 10*time.Second, "barrier recovery to complete", func() bool {
+	testkit.Eventually(t, 10*time.Second, "barrier recovery to complete", func() bool {
 		r, ok := currentRecovery(m2)
 		return ok && r.Term == term2 && r.State == meta.RecoveryComplete
 	})
@@ -122,7 +123,7 @@ func TestHandoffStaleExpiry(t *testing.T) {
 		t.Fatalf("worker agent: %+v", stats)
 	}
 	rounds := rec.Rounds
-	eventually(t, 10*time.Second, "five more reconcile rounds", func() bool {
+	testkit.Eventually(t, 10*time.Second, "five more reconcile rounds", func() bool {
 		r, _ := currentRecovery(m2)
 		return r.Rounds >= rounds+5
 	})

@@ -16,17 +16,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -55,8 +55,8 @@ const cluster = "termlog"
 
 type cluster_ struct {
 	t      *testing.T
-	srvCfg natslog.ServerConfig
-	srv    *natslog.Server
+	srvCfg natsserver.ServerConfig
+	srv    *natsserver.Server
 	// auth is the dir of the role keys the server requires; "" runs an
 	// open server and every connection may do anything.
 	auth string
@@ -80,7 +80,7 @@ func (c *cluster_) violations() []string {
 
 func newCluster(t *testing.T) *cluster_ {
 	t.Helper()
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir()}}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir()}}
 	c.startNATS()
 	return c
 }
@@ -89,9 +89,9 @@ func newCluster(t *testing.T) *cluster_ {
 // started again at the same URL.
 func newClusterOnPort(t *testing.T) *cluster_ {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(freePort(t))
+	_, port, _ := net.SplitHostPort(testkit.FreeAddr(t))
 	p, _ := strconv.Atoi(port)
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Port: p}}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir(), Port: p}}
 	c.startNATS()
 	return c
 }
@@ -102,21 +102,21 @@ func newClusterOnPort(t *testing.T) *cluster_ {
 func newSecureCluster(t *testing.T) *cluster_ {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "auth")
-	if _, err := natslog.InitAuth(dir); err != nil {
+	if _, err := natsserver.InitAuth(dir); err != nil {
 		t.Fatal(err)
 	}
-	a, err := natslog.LoadServerAuth(dir, cluster)
+	a, err := natsserver.LoadServerAuth(dir, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Auth: a}, auth: dir}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir(), Auth: a}, auth: dir}
 	c.startNATS()
 	return c
 }
 
 func (c *cluster_) startNATS() {
 	c.t.Helper()
-	srv, err := natslog.StartServer(c.srvCfg)
+	srv, err := natsserver.StartServer(c.srvCfg)
 	if err != nil {
 		c.t.Fatalf("start nats: %v", err)
 	}
@@ -137,12 +137,12 @@ func portOf(url string) int {
 // up reconnecting and never buffers a publish while reconnecting.
 func (c *cluster_) conn() *nats.Conn {
 	c.t.Helper()
-	return c.connAs(natslog.RoleAdmin)
+	return c.connAs(natsserver.RoleAdmin)
 }
 
 // connAs is conn authenticated as role (on an open server, role does not
 // matter).
-func (c *cluster_) connAs(role natslog.Role, opts ...nats.Option) *nats.Conn {
+func (c *cluster_) connAs(role natsserver.Role, opts ...nats.Option) *nats.Conn {
 	c.t.Helper()
 	record := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {
@@ -153,7 +153,7 @@ func (c *cluster_) connAs(role natslog.Role, opts ...nats.Option) *nats.Conn {
 	})
 	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1), record}, opts...)
 	if c.auth != "" {
-		ro, err := natslog.RoleOptions(c.auth, role)
+		ro, err := natsserver.RoleOptions(c.auth, role)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ type metaOpts struct {
 
 func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 	c.t.Helper()
-	nc := c.connAs(natslog.RoleMeta)
+	nc := c.connAs(natsserver.RoleMeta)
 	return runMeta(c.t, nc, c.openLog(nc), id, o)
 }
 
@@ -216,44 +216,33 @@ func (c *cluster_) startMeta(id string, o metaOpts) *metaNode {
 // o.wrapLog, if set, wraps the log the replica appends to.
 func runMeta(t *testing.T, nc *nats.Conn, lg *natslog.Log, id string, o metaOpts) *metaNode {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if o.lease <= 0 {
 		o.lease = 3 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lease, err := meta.OpenKVLease(ctx, js, cluster, o.lease, max(o.leaseReplicas, 1))
-	if err != nil {
-		t.Fatalf("lease: %v", err)
-	}
 	var log events.Log = lg
 	if o.wrapLog != nil {
 		log = o.wrapLog(lg)
 	}
 	var snaps events.SnapshotStore
 	if o.snapshotEvery > 0 {
+		// Next to the stream itself, not the wrapped log.
 		s, err := natslog.OpenSnapshots(ctx, lg)
 		if err != nil {
 			t.Fatalf("snapshots: %v", err)
 		}
 		snaps = s
 	}
-	health, err := meta.OpenHealthKV(ctx, js, cluster, max(o.leaseReplicas, 1))
-	if err != nil {
-		t.Fatalf("health bucket: %v", err)
-	}
 	fp := failpoint.New()
-	r, err := meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: o.lease,
+	r, err := meta.Open(ctx, nc, meta.Config{
+		ID: id, Cluster: cluster, Log: log, LeaseTTL: o.lease, Replicas: o.leaseReplicas,
 		WorkerTimeout: o.workerTimeout, ExpiryInterval: o.expiry, RecoveryRetry: 100 * time.Millisecond,
-		Clock: o.clock, Logger: testLogger(t), Failpoints: fp, Scheduler: o.scheduler,
-		Snapshots: snaps, SnapshotEvery: o.snapshotEvery, Health: health,
+		Clock: o.clock, Logger: testkit.Logger(t), Failpoints: fp, Scheduler: o.scheduler,
+		Snapshots: snaps, SnapshotEvery: o.snapshotEvery,
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("open %s: %v", id, err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
 	m := &metaNode{Replica: r, nc: nc, log: lg, fp: fp, cancel: rcancel, done: make(chan struct{})}
@@ -288,7 +277,7 @@ type workerNode struct {
 
 func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	c.t.Helper()
-	return runWorker(c.t, c.connAs(natslog.RoleWorker), endpoint, incarnation, heartbeat)
+	return runWorker(c.t, c.connAs(natsserver.RoleWorker), endpoint, incarnation, heartbeat)
 }
 
 // runWorker runs a worker process on a connection of the caller's: its
@@ -297,13 +286,13 @@ func (c *cluster_) startWorker(endpoint, incarnation string, heartbeat time.Dura
 func runWorker(t *testing.T, nc *nats.Conn, endpoint, incarnation string, heartbeat time.Duration) *workerNode {
 	t.Helper()
 	var w *client.Worker
-	agent, err := client.ListenAgent(endpoint, testLogger(t), func() client.WorkerRef { return w.Ref() })
+	agent, err := client.ListenAgent(endpoint, testkit.Logger(t), func() client.WorkerRef { return w.Ref() })
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err = client.NewWorker(nc, client.WorkerConfig{
 		Cluster: cluster, Incarnation: incarnation, Endpoint: agent.Addr(), Kind: "compute", Parallelism: 4,
-		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testLogger(t),
+		Heartbeat: heartbeat, RequestTimeout: 500 * time.Millisecond, Logger: testkit.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -320,36 +309,6 @@ func runWorker(t *testing.T, nc *nats.Conn, endpoint, incarnation string, heartb
 func (n *workerNode) stop() {
 	n.cancel()
 	n.wg.Wait()
-}
-
-// freePort returns a loopback host:port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func testLogger(t *testing.T) zerolog.Logger {
-	if testing.Verbose() {
-		return zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
-	}
-	return zerolog.Nop()
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
-	}
 }
 
 func leaderOf(nodes ...*metaNode) (*metaNode, uint64) {
@@ -370,7 +329,7 @@ func recoveredLeader(t *testing.T, within time.Duration, workers int, nodes ...*
 		leader *metaNode
 		term   uint64
 	)
-	eventually(t, within, fmt.Sprintf("a leader with %d running workers and recovery complete", workers), func() bool {
+	testkit.Eventually(t, within, fmt.Sprintf("a leader with %d running workers and recovery complete", workers), func() bool {
 		leader, term = leaderOf(nodes...)
 		if leader == nil || len(leader.View().ListWorkers()) != workers {
 			return false
@@ -386,11 +345,11 @@ func recoveredLeader(t *testing.T, within time.Duration, workers int, nodes ...*
 // expiry running. It adds one worker.expired event to the stream.
 func (c *cluster_) expiredCanary(t *testing.T, leader *metaNode) {
 	t.Helper()
-	canary := c.startWorker(freePort(t), "canary", 200*time.Millisecond)
-	eventually(t, 10*time.Second, "the canary registered", func() bool { return canary.w.Ref().ID != 0 })
+	canary := c.startWorker(testkit.FreeAddr(t), "canary", 200*time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the canary registered", func() bool { return canary.w.Ref().ID != 0 })
 	id := canary.w.Ref().ID
 	canary.stop()
-	eventually(t, 15*time.Second, "the canary expired by "+leader.ID(), func() bool {
+	testkit.Eventually(t, 15*time.Second, "the canary expired by "+leader.ID(), func() bool {
 		_, ok := leader.View().Worker(id)
 		return !ok
 	})
@@ -409,7 +368,7 @@ func currentRecovery(n *metaNode) (meta.Recovery, bool) {
 func converged(t *testing.T, lg *natslog.Log, nodes ...*metaNode) *projections.State {
 	t.Helper()
 	var v *projections.State
-	eventually(t, 10*time.Second, "views to converge", func() bool {
+	testkit.Eventually(t, 10*time.Second, "views to converge", func() bool {
 		tail, err := lg.Tail(context.Background())
 		if err != nil {
 			return false

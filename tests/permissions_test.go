@@ -20,9 +20,12 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // TestPermSecureClusterRuns runs a whole cluster with every connection
@@ -38,13 +41,13 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	m1 := c.startMeta("meta-1", o)
 	m2 := c.startMeta("meta-2", o)
 	c.storeSnapshots = true
-	c.startWorker(freePort(t), "w-1", 200*time.Millisecond)
-	c.startWorker(freePort(t), "w-2", 200*time.Millisecond)
+	c.startWorker(testkit.FreeAddr(t), "w-1", 200*time.Millisecond)
+	c.startWorker(testkit.FreeAddr(t), "w-2", 200*time.Millisecond)
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
 
 	healthy := func(what string) *metaNode {
 		var leader *metaNode
-		eventually(t, 60*time.Second, what, func() bool {
+		testkit.Eventually(t, 60*time.Second, what, func() bool {
 			l, _ := leaderOf(m1, m2)
 			if l == nil {
 				return false
@@ -65,16 +68,16 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	first := healthy("a leader, 2 workers running, recovery complete, 3 stores, shard 1 at 3/3")
 
 	// An observer reads what the leader projected, and the lease.
-	obs := c.connAs(natslog.RoleObserver)
+	obs := c.connAs(natsserver.RoleObserver)
 	lg := c.openLogWith(obs, natslog.Config{Cluster: cluster, Bind: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	// The cluster keeps appending (leader observations, health); compare
 	// the observer's fold with the replicas' at the same seq.
 	var st, want *projections.State
-	eventually(t, 20*time.Second, "the observer's load at the replicas' seq", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the observer's load at the replicas' seq", func() bool {
 		var err error
-		if st, err = client.Load(ctx, lg); err != nil {
+		if st, err = view.Load(ctx, lg); err != nil {
 			t.Fatalf("observer load: %v", err)
 		}
 		want = converged(t, lg, m1, m2)
@@ -86,9 +89,9 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	// The leader stored snapshots (meta role); an observer and a store
 	// start from the newest and fold the same state.
 	want = converged(t, lg, m1, m2)
-	for _, role := range []natslog.Role{natslog.RoleObserver, natslog.RoleStore} {
+	for _, role := range []natsserver.Role{natsserver.RoleObserver, natsserver.RoleStore} {
 		nc := obs
-		if role == natslog.RoleStore {
+		if role == natsserver.RoleStore {
 			nc = c.connAs(role)
 		}
 		rl := c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: true})
@@ -96,7 +99,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s binds the snapshot bucket: %v", role, err)
 		}
-		st, origin, err := client.LoadFrom(ctx, rl, snaps, testLogger(t), nil)
+		st, origin, err := view.LoadFrom(ctx, rl, snaps, testkit.Logger(t), nil)
 		if err != nil {
 			t.Fatalf("%s loads from a snapshot: %v", role, err)
 		}
@@ -117,7 +120,7 @@ func TestPermSecureClusterRuns(t *testing.T) {
 	if rep, err := rpc(c.conn(), client.RPCStepDown, []byte("{}")); err != nil || rep.Error != nil {
 		t.Fatalf("stepdown: %v %v", err, rep.Error)
 	}
-	eventually(t, 30*time.Second, "the other meta leads", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the other meta leads", func() bool {
 		l, _ := leaderOf(m1, m2)
 		return l != nil && l != first
 	})
@@ -209,7 +212,7 @@ func (f *permFixture) state(t *testing.T) permState {
 }
 
 // watchedConn connects as role and collects the server's async errors.
-func (f *permFixture) watchedConn(role natslog.Role) (*nats.Conn, <-chan error) {
+func (f *permFixture) watchedConn(role natsserver.Role) (*nats.Conn, <-chan error) {
 	errs := make(chan error, 64)
 	nc := f.c.connAs(role, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
@@ -315,7 +318,7 @@ func (f *permFixture) writesDenied(t *testing.T, nc *nats.Conn, errs <-chan erro
 
 func TestPermWorkerDenied(t *testing.T) {
 	f := newPermFixture(t)
-	nc, errs := f.watchedConn(natslog.RoleWorker)
+	nc, errs := f.watchedConn(natsserver.RoleWorker)
 	f.writesDenied(t, nc, errs)
 	// Nor may it read the stream or the lease, or serve or snoop on
 	// another role's subjects.
@@ -333,7 +336,7 @@ func TestPermWorkerDenied(t *testing.T) {
 
 func TestPermStoreDenied(t *testing.T) {
 	f := newPermFixture(t)
-	nc, errs := f.watchedConn(natslog.RoleStore)
+	nc, errs := f.watchedConn(natsserver.RoleStore)
 	f.writesDenied(t, nc, errs)
 	tryPublish(t, nc, errs, client.RPCSubject(cluster, client.RPCRegister), []byte("{}"))
 	tryPublish(t, nc, errs, client.RPCSubject(cluster, client.RPCStepDown), []byte("{}"))
@@ -344,18 +347,18 @@ func TestPermStoreDenied(t *testing.T) {
 	lg := f.c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if st, err := client.Load(ctx, lg); err != nil || st.Seq != 2 {
+	if st, err := view.Load(ctx, lg); err != nil || st.Seq != 2 {
 		t.Fatalf("store reads the stream: seq %d, %v", st.Seq, err)
 	}
 }
 
 func TestPermObserverReadsOnly(t *testing.T) {
 	f := newPermFixture(t)
-	nc, errs := f.watchedConn(natslog.RoleObserver)
+	nc, errs := f.watchedConn(natsserver.RoleObserver)
 	lg := f.c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: true})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	st, err := client.Load(ctx, lg)
+	st, err := view.Load(ctx, lg)
 	if err != nil {
 		t.Fatalf("observer load: %v", err)
 	}
@@ -376,7 +379,7 @@ func TestPermObserverReadsOnly(t *testing.T) {
 
 func TestPermMetaCannotDestroy(t *testing.T) {
 	f := newPermFixture(t)
-	nc, errs := f.watchedConn(natslog.RoleMeta)
+	nc, errs := f.watchedConn(natsserver.RoleMeta)
 	before := f.state(t)
 	for _, api := range []string{"STREAM.DELETE.", "STREAM.PURGE.", "STREAM.UPDATE.", "STREAM.MSG.DELETE."} {
 		tryPublish(t, nc, errs, "$JS.API."+api+natslog.StreamName(cluster), []byte("{}"))
@@ -418,27 +421,27 @@ func TestPermUnknownUsersRefused(t *testing.T) {
 func TestPermTLS(t *testing.T) {
 	dir := t.TempDir()
 	auth, certs := filepath.Join(dir, "auth"), filepath.Join(dir, "tls")
-	if _, err := natslog.InitAuth(auth); err != nil {
+	if _, err := natsserver.InitAuth(auth); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natslog.InitTLS(certs); err != nil {
+	if _, err := natsserver.InitTLS(certs); err != nil {
 		t.Fatal(err)
 	}
-	a, err := natslog.LoadServerAuth(auth, cluster)
+	a, err := natsserver.LoadServerAuth(auth, cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := natslog.ServerTLSConfig(filepath.Join(certs, natslog.TLSCertFile), filepath.Join(certs, natslog.TLSKeyFile))
+	tc, err := natsserver.ServerTLSConfig(filepath.Join(certs, natsserver.TLSCertFile), filepath.Join(certs, natsserver.TLSKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster_{t: t, srvCfg: natslog.ServerConfig{DataDir: t.TempDir(), Auth: a, TLS: tc}, auth: auth}
+	c := &cluster_{t: t, srvCfg: natsserver.ServerConfig{DataDir: t.TempDir(), Auth: a, TLS: tc}, auth: auth}
 	c.startNATS()
-	ca := nats.RootCAs(filepath.Join(certs, natslog.TLSCAFile))
+	ca := nats.RootCAs(filepath.Join(certs, natsserver.TLSCAFile))
 
-	lg := c.openLog(c.connAs(natslog.RoleAdmin, ca))
+	lg := c.openLog(c.connAs(natsserver.RoleAdmin, ca))
 	forceAppend(t, lg, events.Event{Term: 1, Writer: "meta-1", At: time.Now(), Data: events.TermStarted{Term: 1, Leader: "meta-1"}})
-	obs := c.connAs(natslog.RoleObserver, ca)
+	obs := c.connAs(natsserver.RoleObserver, ca)
 	if !obs.TLSRequired() {
 		t.Fatal("the server does not require TLS")
 	}
@@ -447,7 +450,7 @@ func TestPermTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if st, err := client.Load(ctx, c.openLogWith(obs, natslog.Config{Cluster: cluster, Bind: true})); err != nil || st.Seq != 1 {
+	if st, err := view.Load(ctx, c.openLogWith(obs, natslog.Config{Cluster: cluster, Bind: true})); err != nil || st.Seq != 1 {
 		t.Fatalf("observer over TLS: seq %d, %v", st.Seq, err)
 	}
 
@@ -477,7 +480,7 @@ func TestPermTLS(t *testing.T) {
 	}
 
 	// A client that does not trust the CA fails the handshake.
-	seed, err := natslog.RoleOptions(auth, natslog.RoleObserver)
+	seed, err := natsserver.RoleOptions(auth, natsserver.RoleObserver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,24 +495,24 @@ func TestPermTLS(t *testing.T) {
 // the client's.
 func TestPermRPCNamesMatchClient(t *testing.T) {
 	for _, tc := range []struct {
-		role natslog.Role
+		role natsserver.Role
 		rpcs []string
 	}{
-		{natslog.RoleWorker, []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister}},
-		{natslog.RoleStore, []string{client.RPCStoreRegister, client.RPCStoreHeartbeat}},
+		{natsserver.RoleWorker, []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister}},
+		{natsserver.RoleStore, []string{client.RPCStoreRegister, client.RPCStoreHeartbeat}},
 	} {
-		allow := natslog.Permissions(cluster, tc.role, "UKEY").Publish.Allow
+		allow := natsserver.Permissions(cluster, tc.role, "UKEY").Publish.Allow
 		for _, r := range tc.rpcs {
 			if !slices.Contains(allow, client.RPCSubject(cluster, r)) {
 				t.Errorf("role %s may not send %s (allowed: %v)", tc.role, client.RPCSubject(cluster, r), allow)
 			}
 		}
 	}
-	if p := natslog.Permissions(cluster, natslog.RoleMeta, "UKEY"); !slices.Contains(p.Subscribe.Allow, client.RPCSubject(cluster, ">")) ||
+	if p := natsserver.Permissions(cluster, natsserver.RoleMeta, "UKEY"); !slices.Contains(p.Subscribe.Allow, client.RPCSubject(cluster, ">")) ||
 		!slices.Contains(p.Publish.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
 		t.Errorf("meta may not serve the RPCs or call the stores: %+v %+v", p.Subscribe, p.Publish)
 	}
-	if p := natslog.Permissions(cluster, natslog.RoleStore, "UKEY"); !slices.Contains(p.Subscribe.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
+	if p := natsserver.Permissions(cluster, natsserver.RoleStore, "UKEY"); !slices.Contains(p.Subscribe.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
 		t.Errorf("a store may not serve its exec subject: %+v", p.Subscribe)
 	}
 }
@@ -519,17 +522,17 @@ func TestPermRPCNamesMatchClient(t *testing.T) {
 // readable (a new RPC or bucket without its grant fails here, not in
 // production under role keys).
 func TestEveryClientRPCGranted(t *testing.T) {
-	granted := func(r natslog.Role, subject string) bool {
-		p := natslog.Permissions(cluster, r, "UPUB")
+	granted := func(r natsserver.Role, subject string) bool {
+		p := natsserver.Permissions(cluster, r, "UPUB")
 		if p == nil {
 			return true // admin
 		}
 		return slices.Contains(p.Publish.Allow, subject)
 	}
-	for role, rpcs := range map[natslog.Role][]string{
-		natslog.RoleWorker: {client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister},
-		natslog.RoleStore:  {client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStoreSelfDrain},
-		natslog.RoleAdmin:  {client.RPCStepDown, client.RPCStoreDrain},
+	for role, rpcs := range map[natsserver.Role][]string{
+		natsserver.RoleWorker: {client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister},
+		natsserver.RoleStore:  {client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStoreSelfDrain},
+		natsserver.RoleAdmin:  {client.RPCStepDown, client.RPCStoreDrain},
 	} {
 		for _, rpc := range rpcs {
 			if !granted(role, client.RPCSubject(cluster, rpc)) {
@@ -538,10 +541,10 @@ func TestEveryClientRPCGranted(t *testing.T) {
 		}
 	}
 	// The store role may not drain or undrain other stores (the admin's RPC).
-	if granted(natslog.RoleStore, client.RPCSubject(cluster, client.RPCStoreDrain)) {
+	if granted(natsserver.RoleStore, client.RPCSubject(cluster, client.RPCStoreDrain)) {
 		t.Errorf("role store may send %s", client.RPCSubject(cluster, client.RPCStoreDrain))
 	}
-	for _, r := range []natslog.Role{natslog.RoleMeta, natslog.RoleObserver} {
+	for _, r := range []natsserver.Role{natsserver.RoleMeta, natsserver.RoleObserver} {
 		if !granted(r, "$JS.API.DIRECT.GET.KV_"+meta.HealthBucket(cluster)+".>") {
 			t.Errorf("role %s may not read the health bucket %s", r, meta.HealthBucket(cluster))
 		}

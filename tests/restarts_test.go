@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 )
@@ -19,13 +20,13 @@ func TestRapidRestartsDuringReplacement(t *testing.T) {
 	c := newCluster(t)
 	m := c.startMeta("meta-1", schedOpts())
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
 	s3 := stores[2]
 
 	// Hold the operator between the add intent and the config change.
 	m.fp.Pause(meta.FPOperatorBeforeAdd)
 	s3.stop()
-	eventually(t, 30*time.Second, "a replacement operator on shard 1", func() bool {
+	testkit.Eventually(t, 30*time.Second, "a replacement operator on shard 1", func() bool {
 		return m.View().Shards[1].Operator != ""
 	})
 	s3.start()
@@ -38,7 +39,7 @@ func TestRapidRestartsDuringReplacement(t *testing.T) {
 	s3.restart()
 	m.fp.Resume(meta.FPOperatorBeforeAdd)
 	start := time.Now()
-	eventually(t, 90*time.Second, "shard 1 back at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	testkit.Eventually(t, 90*time.Second, "shard 1 back at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
 	t.Logf("after the last restart, shard 1 back at 3/3 in %s", time.Since(start).Round(time.Millisecond))
 
 	v := converged(t, m.log, m)
@@ -127,10 +128,10 @@ func TestPlannedRestartWhileDrainingReplacesNothing(t *testing.T) {
 	if _, err := nc.Request(client.RPCSubject(cluster, client.RPCStoreDrain), []byte(`{"store":"store-3","for_ms":60000}`), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "store-3 draining", func() bool { return m.View().Stores["store-3"].State == events.StoreDraining })
+	testkit.Eventually(t, 5*time.Second, "store-3 draining", func() bool { return m.View().Stores["store-3"].State == events.StoreDraining })
 	stores[2].stop()
 	canary.stop()
-	eventually(t, 20*time.Second, "the non-draining store-4 marked down", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the non-draining store-4 marked down", func() bool {
 		return m.View().Stores["store-4"].State == events.StoreDown
 	})
 	v := m.View()
@@ -141,7 +142,7 @@ func TestPlannedRestartWhileDrainingReplacesNothing(t *testing.T) {
 		t.Fatalf("shard 1 changed while store-3 drained: members %v operator %q", got, v.Shards[1].Operator)
 	}
 	stores[2].start()
-	eventually(t, 30*time.Second, "shard 1 at 3/3 with the same replicas", func() bool {
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3 with the same replicas", func() bool {
 		sh, ok := fullShard(m, 1, stores...)
 		return ok && replicaOn(sh, "store-3") == replicaOn(before, "store-3")
 	})
@@ -153,7 +154,7 @@ func TestStoreStartsNothingWithoutTheStream(t *testing.T) {
 	c := newClusterOnPort(t)
 	m := c.startMeta("meta-1", schedOpts())
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
 	m.stop()
 	for _, s := range stores {
 		s.stop()
@@ -165,7 +166,7 @@ func TestStoreStartsNothingWithoutTheStream(t *testing.T) {
 	}
 	for _, s := range stores {
 		s := s
-		eventually(t, 20*time.Second, s.id+" to try and fail to read the stream", func() bool {
+		testkit.Eventually(t, 20*time.Second, s.id+" to try and fail to read the stream", func() bool {
 			st := s.store().Reconciler().Status()
 			return !st.Ready && st.Err != ""
 		})
@@ -174,7 +175,7 @@ func TestStoreStartsNothingWithoutTheStream(t *testing.T) {
 		}
 	}
 	c.startNATS()
-	eventually(t, 60*time.Second, "every store's replica running again", func() bool {
+	testkit.Eventually(t, 60*time.Second, "every store's replica running again", func() bool {
 		for _, s := range stores {
 			if len(s.store().Host().ShardInfos()) != 1 {
 				return false
@@ -203,20 +204,20 @@ func TestPlannedRestartsDrainThemselves(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "store-3 draining", func() bool { return m.View().Stores["store-3"].State == events.StoreDraining })
+		testkit.Eventually(t, 5*time.Second, "store-3 draining", func() bool { return m.View().Stores["store-3"].State == events.StoreDraining })
 		// A canary that does not drain goes down with it: once it is
 		// marked down, store-3 has been silent past the store timeout.
 		canary := c.spare(t, m, fmt.Sprintf("canary-%d", round))
 		s3.stop()
 		canary.stop()
-		eventually(t, 20*time.Second, "the canary marked down", func() bool {
+		testkit.Eventually(t, 20*time.Second, "the canary marked down", func() bool {
 			return m.View().Stores[fmt.Sprintf("canary-%d", round)].State == events.StoreDown
 		})
 		if st := m.View().Stores["store-3"].State; st != events.StoreDraining {
 			t.Fatalf("round %d: store-3 is %s while it restarts", round, st)
 		}
 		s3.start()
-		eventually(t, 30*time.Second, "the drain over and shard 1 at 3/3 with the same replicas", func() bool {
+		testkit.Eventually(t, 30*time.Second, "the drain over and shard 1 at 3/3 with the same replicas", func() bool {
 			sh, ok := fullShard(m, 1, stores...)
 			return ok && m.View().Stores["store-3"].State == events.StoreUp && replicaOn(sh, "store-3") == replicaOn(before, "store-3")
 		})

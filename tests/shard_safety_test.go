@@ -11,11 +11,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -30,7 +31,7 @@ func (c *cluster_) shardOnThree(t *testing.T, id string) (*metaNode, []*storeNod
 	t.Helper()
 	m := c.startMeta(id, schedOpts())
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
 	return m, stores
 }
 
@@ -38,7 +39,7 @@ func (c *cluster_) shardOnThree(t *testing.T, id string) (*metaNode, []*storeNod
 func (c *cluster_) spare(t *testing.T, m *metaNode, id string) *storeNode {
 	t.Helper()
 	s := c.newStore(id)
-	eventually(t, 10*time.Second, id+" registered", func() bool { _, ok := m.View().Stores[id]; return ok })
+	testkit.Eventually(t, 10*time.Second, id+" registered", func() bool { _, ok := m.View().Stores[id]; return ok })
 	return s
 }
 
@@ -91,14 +92,14 @@ func TestQuorumGateLeavesRaftAlone(t *testing.T) {
 
 	stores[1].cutNATS()
 	stores[2].stop()
-	eventually(t, 20*time.Second, "store-2 and store-3 marked down", func() bool {
+	testkit.Eventually(t, 20*time.Second, "store-2 and store-3 marked down", func() bool {
 		v := m.View()
 		return v.Stores["store-2"].State == events.StoreDown && v.Stores["store-3"].State == events.StoreDown
 	})
 	// The scheduler keeps deciding (its health report moves on) for more
 	// than a step timeout after both were marked down.
 	downAt := m.HealthReport().At
-	eventually(t, 60*time.Second, "the scheduler to decide for a step timeout", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the scheduler to decide for a step timeout", func() bool {
 		return m.HealthReport().At.Sub(downAt) > schedOpts().scheduler.StepTimeout
 	})
 	// Raft first: three members, a leader, writable.
@@ -162,7 +163,7 @@ func TestDeposedLeaderConfigChangeRefused(t *testing.T) {
 		t.Fatalf("no add intent while the add is held: %s", v.Render())
 	}
 	m1.kill()
-	eventually(t, 20*time.Second, "meta-2's term in every live store's projection", func() bool {
+	testkit.Eventually(t, 20*time.Second, "meta-2's term in every live store's projection", func() bool {
 		ok, term := m2.Leading()
 		if !ok {
 			return false
@@ -176,11 +177,11 @@ func TestDeposedLeaderConfigChangeRefused(t *testing.T) {
 	})
 	before := stores[0].store().Refused() + stores[1].store().Refused()
 	c.storeFP.Resume(logstore.FPExecAdd)
-	eventually(t, 10*time.Second, "the deposed leader's add refused", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the deposed leader's add refused", func() bool {
 		return stores[0].store().Refused()+stores[1].store().Refused() > before
 	})
 	var added uint64
-	eventually(t, 60*time.Second, "shard 1 back at 3/3", func() bool {
+	testkit.Eventually(t, 60*time.Second, "shard 1 back at 3/3", func() bool {
 		sh, ok := fullShard(m2, 1, stores[0], stores[1], spare)
 		if ok {
 			added = replicaOn(sh, "store-4")
@@ -214,7 +215,7 @@ func TestDeposedTermExecRefusedByStore(t *testing.T) {
 	m, stores := c.shardOnThree(t, "meta-1")
 	m.stop()
 	m2 := c.startMeta("meta-2", schedOpts())
-	eventually(t, 20*time.Second, "meta-2's term in store-1's projection", func() bool {
+	testkit.Eventually(t, 20*time.Second, "meta-2's term in store-1's projection", func() bool {
 		ok, term := m2.Leading()
 		return ok && stores[0].store().Projector().View().Term == term
 	})
@@ -268,7 +269,7 @@ func TestProjectionNeverTrailsRaft(t *testing.T) {
 	m1 := c.startMeta("meta-1", schedOpts())
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
 	var old uint64
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
 		sh, ok := fullShard(m1, 1, stores...)
 		if ok {
 			old = replicaOn(sh, "store-3")
@@ -298,11 +299,11 @@ func TestProjectionNeverTrailsRaft(t *testing.T) {
 	w := watchReplica(s3, 1, old)
 	defer w.end()
 	m1.kill()
-	eventually(t, 30*time.Second, "the removal in the stream", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the removal in the stream", func() bool {
 		_, removed := m2.View().Shards[1].Removed[old]
 		return removed
 	})
-	eventually(t, 60*time.Second, "shard 1 back at 3/3 with a new replica on store-3", func() bool {
+	testkit.Eventually(t, 60*time.Second, "shard 1 back at 3/3 with a new replica on store-3", func() bool {
 		sh, ok := fullShard(m2, 1, stores...)
 		return ok && replicaOn(sh, "store-3") != old
 	})
@@ -362,9 +363,9 @@ func TestAddWithoutQuorumConverges(t *testing.T) {
 	// add go to store-1, which cannot commit it.
 	stores[1].stop()
 	m.fp.Resume(meta.FPOperatorBeforeAdd)
-	eventually(t, 20*time.Second, "store-2 marked down", func() bool { return m.View().Stores["store-2"].State == events.StoreDown })
+	testkit.Eventually(t, 20*time.Second, "store-2 marked down", func() bool { return m.View().Stores["store-2"].State == events.StoreDown })
 	stores[1].start()
-	eventually(t, 90*time.Second, "shard 1 back at 3/3", func() bool {
+	testkit.Eventually(t, 90*time.Second, "shard 1 back at 3/3", func() bool {
 		_, ok := fullShard(m, 1, stores[0], stores[1], spare)
 		return ok
 	})
@@ -395,13 +396,13 @@ func TestAddTargetGoneTimesOut(t *testing.T) {
 	}
 	s4.stop()
 	s5 := c.newStore("store-5")
-	eventually(t, 20*time.Second, "store-4 down, store-5 registered", func() bool {
+	testkit.Eventually(t, 20*time.Second, "store-4 down, store-5 registered", func() bool {
 		v := m.View()
 		_, ok := v.Stores["store-5"]
 		return ok && v.Stores["store-4"].State == events.StoreDown
 	})
 	m.fp.Resume(meta.FPOperatorAfterExec)
-	eventually(t, 90*time.Second, "shard 1 back at 3/3 on store-5", func() bool {
+	testkit.Eventually(t, 90*time.Second, "shard 1 back at 3/3 on store-5", func() bool {
 		sh, ok := fullShard(m, 1, stores[0], stores[1], s5)
 		return ok && replicaOn(sh, "store-5") != 0
 	})
@@ -433,7 +434,7 @@ func TestRejectedAddReplans(t *testing.T) {
 		t.Fatalf("rogue add: %s", res)
 	}
 	m.fp.Resume(meta.FPOperatorBeforeAdd)
-	eventually(t, 60*time.Second, "an operator failed on the rejection", func() bool {
+	testkit.Eventually(t, 60*time.Second, "an operator failed on the rejection", func() bool {
 		_, _, reasons := schedOps(t, m)
 		return len(reasons) > 0
 	})
@@ -441,8 +442,8 @@ func TestRejectedAddReplans(t *testing.T) {
 	if !strings.Contains(reasons[0], "rejected by raft") || strings.Contains(reasons[0], "step timeout") {
 		t.Fatalf("first failure %q, want the rejection, at once (not the step timeout)", reasons[0])
 	}
-	eventually(t, 60*time.Second, "replica 99 in the stream", func() bool { return m.View().Shards[1].IsMember(99) })
-	eventually(t, 60*time.Second, "shard 1 back at 3/3", func() bool {
+	testkit.Eventually(t, 60*time.Second, "replica 99 in the stream", func() bool { return m.View().Shards[1].IsMember(99) })
+	testkit.Eventually(t, 60*time.Second, "shard 1 back at 3/3", func() bool {
 		_, ok := fullShard(m, 1, stores[0], stores[1], s4)
 		return ok
 	})
@@ -462,8 +463,8 @@ func TestHealthRecordTellsTheTruth(t *testing.T) {
 	o.scheduler.StoreTimeout = 8 * time.Second
 	m := c.startMeta("meta-1", o)
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
-	js, err := jetstream.New(c.connAs(natslog.RoleObserver))
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
+	js, err := jetstream.New(c.connAs(natsserver.RoleObserver))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,14 +486,14 @@ func TestHealthRecordTellsTheTruth(t *testing.T) {
 		}
 		return rec, meta.ShardHealth{}
 	}
-	eventually(t, 10*time.Second, "a healthy record for shard 1 with its leader", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a healthy record for shard 1 with its leader", func() bool {
 		_, h := read()
 		return h.Healthy && h.Live == 3 && h.Leader != 0 && h.LeaderStore != ""
 	})
 	stores[2].stop()
 	var rec meta.HealthRecord
 	var h meta.ShardHealth
-	eventually(t, 20*time.Second, "the record to say shard 1 runs 2/3", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the record to say shard 1 runs 2/3", func() bool {
 		rec, h = read()
 		return h.Live == 2 && len(h.Members) == 3 && !h.Healthy
 	})

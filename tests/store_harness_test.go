@@ -10,8 +10,10 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -36,10 +38,10 @@ type storeNode struct {
 }
 
 func (c *cluster_) newStore(id string) *storeNode {
-	nc := c.connAs(natslog.RoleStore)
+	nc := c.connAs(natsserver.RoleStore)
 	// A store may only read the stream: it waits for a meta to create it.
 	lg := c.openLogWith(nc, natslog.Config{Cluster: cluster, Bind: c.auth != ""})
-	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: freePort(c.t), nc: nc, log: lg}
+	n := &storeNode{c: c, id: id, dir: filepath.Join(c.t.TempDir(), id), addr: testkit.FreeAddr(c.t), nc: nc, log: lg}
 	n.start()
 	c.t.Cleanup(n.stop)
 	return n
@@ -61,7 +63,7 @@ func (n *storeNode) start() {
 	s, err := logstore.OpenStore(logstore.StoreConfig{
 		Host:    logstore.Config{StoreID: n.id, DataDir: n.dir, RaftAddr: n.addr, RTTMillisecond: 20},
 		Cluster: cluster, NC: n.nc, Log: n.log, Heartbeat: 200 * time.Millisecond, Resync: 200 * time.Millisecond,
-		Logger: testLogger(t), Snapshots: snaps, Failpoints: n.c.storeFP,
+		Logger: testkit.Logger(t), Snapshots: snaps, Failpoints: n.c.storeFP,
 	})
 	if err != nil {
 		t.Fatalf("open store %s: %v", n.id, err)

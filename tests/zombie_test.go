@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 // watchReplica polls a store until stop is closed and counts the polls in
@@ -50,7 +51,7 @@ func TestZombieReplicaNotStarted(t *testing.T) {
 	m := c.startMeta("meta-1", schedOpts())
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
 	var sh0 uint64
-	eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
+	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool {
 		sh, ok := fullShard(m, 1, stores...)
 		if ok {
 			sh0 = replicaOn(sh, "store-3")
@@ -62,7 +63,7 @@ func TestZombieReplicaNotStarted(t *testing.T) {
 
 	// Store 3 goes down; the scheduler removes its replica (committed).
 	s3.stop()
-	eventually(t, 30*time.Second, "replica on store-3 removed", func() bool {
+	testkit.Eventually(t, 30*time.Second, "replica on store-3 removed", func() bool {
 		sh := m.View().Shards[1]
 		_, removed := sh.Removed[old]
 		return removed && !sh.IsMember(old)
@@ -73,7 +74,7 @@ func TestZombieReplicaNotStarted(t *testing.T) {
 	s3.start()
 	w := watchReplica(s3, 1, old)
 	var added uint64
-	eventually(t, 60*time.Second, "shard 1 back at 3/3 with a new replica on store-3", func() bool {
+	testkit.Eventually(t, 60*time.Second, "shard 1 back at 3/3 with a new replica on store-3", func() bool {
 		sh, ok := fullShard(m, 1, stores...)
 		if ok {
 			added = replicaOn(sh, "store-3")

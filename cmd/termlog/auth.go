@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/logstore"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // defaultAuthDir is where clients look for role keys without --auth-dir:
@@ -37,25 +37,25 @@ func (a *authFlags) register(cmd *cobra.Command) {
 
 // seedFile is the NKey seed a command of role connects with: --creds, or
 // the role's file in the auth dir; "" for none (an --insecure server).
-func (g *globals) seedFile(role natslog.Role) string {
+func (g *globals) seedFile(role natsserver.Role) string {
 	switch {
 	case g.auth.creds != "":
 		return g.auth.creds
 	case g.auth.authDir != "":
-		return natslog.SeedFile(g.auth.authDir, role)
+		return natsserver.SeedFile(g.auth.authDir, role)
 	}
-	if _, err := os.Stat(natslog.SeedFile(defaultAuthDir, role)); err == nil {
-		return natslog.SeedFile(defaultAuthDir, role)
+	if _, err := os.Stat(natsserver.SeedFile(defaultAuthDir, role)); err == nil {
+		return natsserver.SeedFile(defaultAuthDir, role)
 	}
 	return ""
 }
 
 // roleOptions are the options a command of role connects with: its NKey
 // (seedFile) and TLS (--tls-ca).
-func (g *globals) roleOptions(role natslog.Role) ([]nats.Option, error) {
+func (g *globals) roleOptions(role natsserver.Role) ([]nats.Option, error) {
 	var opts []nats.Option
 	if seed := g.seedFile(role); seed != "" {
-		o, err := natslog.ClientOptions(seed)
+		o, err := natsserver.ClientOptions(seed)
 		if err != nil {
 			return nil, fmt.Errorf("%w (role %s)", err, role)
 		}
@@ -85,10 +85,10 @@ func (s *serverSecurity) register(cmd *cobra.Command) {
 
 // secured is what a server runs with.
 type secured struct {
-	auth    *natslog.ServerAuth // nil: open server
-	authDir string              // "" when insecure
-	tls     *tls.Config         // nil: plaintext
-	caFile  string              // the generated CA, if any
+	auth    *natsserver.ServerAuth // nil: open server
+	authDir string                 // "" when insecure
+	tls     *tls.Config            // nil: plaintext
+	caFile  string                 // the generated CA, if any
 	// routeTLS is mutual TLS between cluster nodes: with --tls, or with
 	// --tls-cert/--tls-key and the CA that signed them (--tls-ca).
 	routeTLS *tls.Config
@@ -109,11 +109,11 @@ func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (
 		if err != nil {
 			return sec, err
 		}
-		created, err := natslog.InitAuth(abs)
+		created, err := natsserver.InitAuth(abs)
 		if err != nil {
 			return sec, err
 		}
-		if sec.auth, err = natslog.LoadServerAuth(abs, cluster); err != nil {
+		if sec.auth, err = natsserver.LoadServerAuth(abs, cluster); err != nil {
 			return sec, err
 		}
 		sec.authDir = abs
@@ -128,14 +128,14 @@ func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (
 		if s.tlsCert == "" || s.tlsKey == "" {
 			return sec, errors.New("--tls-cert and --tls-key go together")
 		}
-		c, err := natslog.ServerTLSConfig(s.tlsCert, s.tlsKey)
+		c, err := natsserver.ServerTLSConfig(s.tlsCert, s.tlsKey)
 		if err != nil {
 			return sec, err
 		}
 		sec.tls = c
 		fmt.Fprintf(out, "TLS: certificate %s\n", s.tlsCert)
 		if peerCA != "" {
-			if sec.routeTLS, err = natslog.RouteTLSConfig(s.tlsCert, s.tlsKey, peerCA); err != nil {
+			if sec.routeTLS, err = natsserver.RouteTLSConfig(s.tlsCert, s.tlsKey, peerCA); err != nil {
 				return sec, err
 			}
 			sec.peer = tlsFiles{ca: peerCA, cert: s.tlsCert, key: s.tlsKey}
@@ -154,15 +154,15 @@ func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (
 			authDir = sec.authDir
 		}
 		dir := filepath.Join(authDir, "tls")
-		if _, err := natslog.InitTLS(dir); err != nil {
+		if _, err := natsserver.InitTLS(dir); err != nil {
 			return sec, err
 		}
 		f := dirTLSFiles(dir)
-		c, err := natslog.ServerTLSConfig(f.cert, f.key)
+		c, err := natsserver.ServerTLSConfig(f.cert, f.key)
 		if err != nil {
 			return sec, err
 		}
-		if sec.routeTLS, err = natslog.RouteTLSConfig(f.cert, f.key, f.ca); err != nil {
+		if sec.routeTLS, err = natsserver.RouteTLSConfig(f.cert, f.key, f.ca); err != nil {
 			return sec, err
 		}
 		sec.tls, sec.caFile, sec.peer = c, f.ca, f
@@ -173,10 +173,10 @@ func (s *serverSecurity) setup(cluster, authDir, peerCA string, out io.Writer) (
 
 // clientOptions are the options of a connection of role to a server set
 // up with sec (in-process connections skip TLS).
-func (sec secured) clientOptions(role natslog.Role) ([]nats.Option, error) {
+func (sec secured) clientOptions(role natsserver.Role) ([]nats.Option, error) {
 	var opts []nats.Option
 	if sec.authDir != "" {
-		o, err := natslog.RoleOptions(sec.authDir, role)
+		o, err := natsserver.RoleOptions(sec.authDir, role)
 		if err != nil {
 			return nil, err
 		}
@@ -195,9 +195,9 @@ func (sec secured) clientOptions(role natslog.Role) ([]nats.Option, error) {
 // which allows client and server auth) serves every process.
 type tlsFiles struct{ ca, cert, key string }
 
-// dirTLSFiles are the files natslog.InitTLS makes in dir.
+// dirTLSFiles are the files natsserver.InitTLS makes in dir.
 func dirTLSFiles(dir string) tlsFiles {
-	return tlsFiles{ca: filepath.Join(dir, natslog.TLSCAFile), cert: filepath.Join(dir, natslog.TLSCertFile), key: filepath.Join(dir, natslog.TLSKeyFile)}
+	return tlsFiles{ca: filepath.Join(dir, natsserver.TLSCAFile), cert: filepath.Join(dir, natsserver.TLSCertFile), key: filepath.Join(dir, natsserver.TLSKeyFile)}
 }
 
 // config is the mutual TLS config of the control streams (nil: plaintext).
@@ -205,7 +205,7 @@ func (f tlsFiles) config() (*tls.Config, error) {
 	if f.cert == "" {
 		return nil, nil
 	}
-	return natslog.MutualTLSConfig(f.cert, f.key, f.ca)
+	return natsserver.MutualTLSConfig(f.cert, f.key, f.ca)
 }
 
 // raft is logstore.Config.TLS (nil: plaintext).
@@ -283,7 +283,7 @@ key a server needs. Every NATS node of a cluster must be started with the same
 			if err != nil {
 				return err
 			}
-			created, err := natslog.InitAuth(abs)
+			created, err := natsserver.InitAuth(abs)
 			if err != nil {
 				return err
 			}
@@ -291,12 +291,12 @@ key a server needs. Every NATS node of a cluster must be started with the same
 			fmt.Fprintf(cmd.OutOrStdout(), "%s role keys in %s: %s\n", verb[created], abs, roleFiles())
 			if withTLS {
 				tdir := filepath.Join(abs, "tls")
-				created, err := natslog.InitTLS(tdir)
+				created, err := natsserver.InitTLS(tdir)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s TLS CA %s and server certificate %s (127.0.0.1, localhost)\n",
-					verb[created], filepath.Join(tdir, natslog.TLSCAFile), filepath.Join(tdir, natslog.TLSCertFile))
+					verb[created], filepath.Join(tdir, natsserver.TLSCAFile), filepath.Join(tdir, natsserver.TLSCertFile))
 			}
 			return nil
 		},
@@ -310,7 +310,7 @@ key a server needs. Every NATS node of a cluster must be started with the same
 // natscliArgs are the natscli (nats) connection flags of a role: the
 // server, the role's NKey seed, its inbox prefix (the server lets a role
 // receive replies only there) and the CA with --tls-ca.
-func (g *globals) natscliArgs(role natslog.Role) ([]string, error) {
+func (g *globals) natscliArgs(role natsserver.Role) ([]string, error) {
 	seed := g.seedFile(role)
 	if seed == "" {
 		return nil, fmt.Errorf("no key for role %s: pass --auth-dir DIR (the server's) or --creds FILE", role)
@@ -332,7 +332,7 @@ func (g *globals) natscliArgs(role natslog.Role) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--server", g.natsURL, "--nkey", abs, "--inbox-prefix", natslog.InboxPrefix(pub)}
+	args := []string{"--server", g.natsURL, "--nkey", abs, "--inbox-prefix", natsserver.InboxPrefix(pub)}
 	if g.auth.tlsCA != "" {
 		ca, err := filepath.Abs(g.auth.tlsCA)
 		if err != nil {
@@ -362,7 +362,7 @@ Without, a 'nats context save' command line; run it once, then select it:
   nats --context termlog-admin stream ls`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			role, err := natslog.ParseRole(roleName)
+			role, err := natsserver.ParseRole(roleName)
 			if err != nil {
 				return fmt.Errorf("--role: %w", err)
 			}
@@ -383,7 +383,7 @@ Without, a 'nats context save' command line; run it once, then select it:
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&roleName, "role", string(natslog.RoleObserver), "role whose key natscli connects with: admin, meta, worker, store or observer")
+	cmd.Flags().StringVar(&roleName, "role", string(natsserver.RoleObserver), "role whose key natscli connects with: admin, meta, worker, store or observer")
 	cmd.Flags().StringVar(&name, "name", "", "context name (default <cluster>-<role>)")
 	cmd.Flags().BoolVar(&flagsOnly, "flags", false, "print only the connection flags (--server --nkey --inbox-prefix [--tlsca])")
 	return cmd
@@ -391,7 +391,7 @@ Without, a 'nats context save' command line; run it once, then select it:
 
 func roleFiles() string {
 	var out []string
-	for _, r := range natslog.Roles() {
+	for _, r := range natsserver.Roles() {
 		out = append(out, string(r)+".nk")
 	}
 	return strings.Join(out, " ")

@@ -6,34 +6,34 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestRoleOptions: which key a command connects with.
 func TestRoleOptions(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "auth")
-	if _, err := natslog.InitAuth(dir); err != nil {
+	if _, err := natsserver.InitAuth(dir); err != nil {
 		t.Fatal(err)
 	}
 	// The role's file in --auth-dir: the key and the user's inbox prefix.
 	g := &globals{auth: authFlags{authDir: dir}}
-	if opts, err := g.roleOptions(natslog.RoleWorker); err != nil || len(opts) != 2 {
+	if opts, err := g.roleOptions(natsserver.RoleWorker); err != nil || len(opts) != 2 {
 		t.Fatalf("--auth-dir: %d options, %v", len(opts), err)
 	}
 	// An explicit --auth-dir without the role's file is an error, not an
 	// anonymous connection.
 	g = &globals{auth: authFlags{authDir: t.TempDir()}}
-	if _, err := g.roleOptions(natslog.RoleMeta); err == nil || !strings.Contains(err.Error(), "role meta") {
+	if _, err := g.roleOptions(natsserver.RoleMeta); err == nil || !strings.Contains(err.Error(), "role meta") {
 		t.Fatalf("--auth-dir without keys: %v, want an error naming the role", err)
 	}
 	// --creds wins over the dir.
-	g = &globals{auth: authFlags{authDir: t.TempDir(), creds: natslog.SeedFile(dir, natslog.RoleObserver), tlsCA: "ca.pem"}}
-	if opts, err := g.roleOptions(natslog.RoleAdmin); err != nil || len(opts) != 3 {
+	g = &globals{auth: authFlags{authDir: t.TempDir(), creds: natsserver.SeedFile(dir, natsserver.RoleObserver), tlsCA: "ca.pem"}}
+	if opts, err := g.roleOptions(natsserver.RoleAdmin); err != nil || len(opts) != 3 {
 		t.Fatalf("--creds and --tls-ca: %d options, %v", len(opts), err)
 	}
 	// No flag and no default dir (tests run in cmd/termlog): no credentials.
 	g = &globals{}
-	if opts, err := g.roleOptions(natslog.RoleObserver); err != nil || len(opts) != 0 {
+	if opts, err := g.roleOptions(natsserver.RoleObserver); err != nil || len(opts) != 0 {
 		t.Fatalf("no flags: %d options, %v", len(opts), err)
 	}
 }
@@ -44,18 +44,18 @@ func TestServerSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sec.auth == nil || sec.tls == nil || sec.routeTLS == nil || sec.caFile != filepath.Join(dir, "tls", natslog.TLSCAFile) {
+	if sec.auth == nil || sec.tls == nil || sec.routeTLS == nil || sec.caFile != filepath.Join(dir, "tls", natsserver.TLSCAFile) {
 		t.Fatalf("--tls: %+v", sec)
 	}
 	if sec.peer != dirTLSFiles(filepath.Join(dir, "tls")) {
 		t.Fatalf("--tls: peer TLS files %+v, want the generated ones", sec.peer)
 	}
-	if opts, err := sec.clientOptions(natslog.RoleMeta); err != nil || len(opts) != 3 {
+	if opts, err := sec.clientOptions(natsserver.RoleMeta); err != nil || len(opts) != 3 {
 		t.Fatalf("client options: %d, %v", len(opts), err)
 	}
 	// Reused on the next start.
 	again, err := (&serverSecurity{}).setup("termlog", dir, "", io.Discard)
-	if err != nil || again.auth.Keys[natslog.RoleMeta] != sec.auth.Keys[natslog.RoleMeta] || again.tls != nil || again.peer != (tlsFiles{}) {
+	if err != nil || again.auth.Keys[natsserver.RoleMeta] != sec.auth.Keys[natsserver.RoleMeta] || again.tls != nil || again.peer != (tlsFiles{}) {
 		t.Fatalf("second start: %+v, %v", again, err)
 	}
 	// Own certificate: peers use mutual TLS only with the CA that signed it.

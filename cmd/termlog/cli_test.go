@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 // buildBinary builds cmd/termlog once per test run, as a user would.
@@ -44,20 +45,10 @@ func rolesEnv(t *testing.T, bin string) (dir string, port int) {
 	t.Helper()
 	dir = t.TempDir()
 	auth := authDir(t, bin, dir, "auth")
-	port = freeTCPPort(t)
+	port = testkit.FreePort(t)
 	t.Setenv("TERMLOG_NATS", fmt.Sprintf("nats://127.0.0.1:%d", port))
 	t.Setenv("TERMLOG_AUTH_DIR", auth)
 	return dir, port
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 type upProc struct {
@@ -202,7 +193,7 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := t.TempDir()
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := filepath.Join(data, "auth") // up generates the role keys there
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // replicasValue is --replicas: 1 (one NATS server) or 3 (a 3-node NATS
@@ -57,7 +58,7 @@ type natsClusterOpts struct {
 
 // serverConfig adds the clustering flags to cfg: with --routes the server
 // is one node of a NATS cluster, without them a standalone server.
-func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerConfig, error) {
+func (o natsClusterOpts) serverConfig(cfg natsserver.ServerConfig) (natsserver.ServerConfig, error) {
 	cfg.Name = o.name
 	if o.routes == "" {
 		if o.clusterPort != 0 {
@@ -75,7 +76,7 @@ func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerC
 	cfg.ClusterName, cfg.ClusterPort = o.clusterName, o.clusterPort
 	for _, r := range strings.Split(o.routes, ",") {
 		if r = strings.TrimSpace(r); r != "" {
-			if _, err := natslog.ParseRouteURL(r); err != nil {
+			if _, err := natsserver.ParseRouteURL(r); err != nil {
 				return cfg, fmt.Errorf("--routes: %w", err)
 			}
 			cfg.Routes = append(cfg.Routes, r)
@@ -87,7 +88,7 @@ func (o natsClusterOpts) serverConfig(cfg natslog.ServerConfig) (natslog.ServerC
 // embeddedNATS is the NATS of `termlog up`: one server, or with
 // --replicas 3 a 3-node cluster on loopback in this process.
 type embeddedNATS struct {
-	srvs []*natslog.Server
+	srvs []*natsserver.Server
 	sec  secured
 	// lg gets the connections' asynchronous errors (the client would
 	// print them raw).
@@ -99,13 +100,13 @@ type embeddedNATS struct {
 // each syncing its writes as sync says.
 // Routes are picked afresh each start: a node is known to its peers by its
 // name, not its address.
-func startEmbeddedNATS(data string, port, replicas int, sync natslog.SyncPolicy, sec secured) (*embeddedNATS, error) {
+func startEmbeddedNATS(data string, port, replicas int, sync natsserver.SyncPolicy, sec secured) (*embeddedNATS, error) {
 	if replicas <= 1 {
-		srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: sync, Auth: sec.auth, TLS: sec.tls})
+		srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: sync, Auth: sec.auth, TLS: sec.tls})
 		if err != nil {
 			return nil, err
 		}
-		return &embeddedNATS{srvs: []*natslog.Server{srv}, sec: sec}, nil
+		return &embeddedNATS{srvs: []*natsserver.Server{srv}, sec: sec}, nil
 	}
 	var routePorts []int
 	var routes []string
@@ -115,11 +116,11 @@ func startEmbeddedNATS(data string, port, replicas int, sync natslog.SyncPolicy,
 			return nil, err
 		}
 		routePorts = append(routePorts, p)
-		routes = append(routes, natslog.RouteURL(p))
+		routes = append(routes, natsserver.RouteURL(p))
 	}
 	e := &embeddedNATS{sec: sec}
 	for i := range replicas {
-		cfg := natslog.ServerConfig{
+		cfg := natsserver.ServerConfig{
 			DataDir: filepath.Join(data, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
 			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Sync: sync, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS,
 		}
@@ -130,7 +131,7 @@ func startEmbeddedNATS(data string, port, replicas int, sync natslog.SyncPolicy,
 			e.Shutdown()
 			return nil, err
 		}
-		srv, err := natslog.StartServer(cfg)
+		srv, err := natsserver.StartServer(cfg)
 		if err != nil {
 			e.Shutdown()
 			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
@@ -160,7 +161,7 @@ func (e *embeddedNATS) URLs(first int) string {
 
 // Connect dials every node as role, node i%n first, and keeps
 // reconnecting.
-func (e *embeddedNATS) Connect(i int, name string, role natslog.Role) (*nats.Conn, error) {
+func (e *embeddedNATS) Connect(i int, name string, role natsserver.Role) (*nats.Conn, error) {
 	ro, err := e.sec.clientOptions(role)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 func TestReplicasFlag(t *testing.T) {
@@ -26,7 +26,7 @@ func TestReplicasFlag(t *testing.T) {
 }
 
 func TestNATSClusterFlags(t *testing.T) {
-	base := natslog.ServerConfig{DataDir: "d", Port: 4222}
+	base := natsserver.ServerConfig{DataDir: "d", Port: 4222}
 	cfg, err := natsClusterOpts{}.serverConfig(base)
 	if err != nil || cfg.ClusterName != "" || len(cfg.Routes) != 0 {
 		t.Fatalf("standalone: %+v, %v", cfg, err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // session is the NATS connection of an interactive command (status,
@@ -28,7 +29,7 @@ import (
 type session struct {
 	nc      *nats.Conn
 	g       *globals
-	role    natslog.Role
+	role    natsserver.Role
 	key     string // the seed file connected with ("" for none)
 	timeout time.Duration
 
@@ -38,7 +39,7 @@ type session struct {
 }
 
 // dialSession connects to --nats as role within --timeout.
-func (g *globals) dialSession(name string, role natslog.Role) (*session, error) {
+func (g *globals) dialSession(name string, role natsserver.Role) (*session, error) {
 	s := &session{g: g, role: role, key: g.seedFile(role), timeout: g.timeout, deniedCh: make(chan struct{})}
 	ro, err := g.roleOptions(role)
 	if err != nil {
@@ -212,7 +213,7 @@ func (s *session) leaderRPC(ctx context.Context, rpc string, req any) (client.Re
 }
 
 // connectError says in one line why a connection failed and what to do.
-func connectError(url string, role natslog.Role, key string, timeout time.Duration, err error) error {
+func connectError(url string, role natsserver.Role, key string, timeout time.Duration, err error) error {
 	who := "as " + string(role)
 	if key != "" {
 		who += " (key " + key + ")"
@@ -222,7 +223,7 @@ func connectError(url string, role natslog.Role, key string, timeout time.Durati
 	case errors.Is(err, nats.ErrAuthorization):
 		return fmt.Errorf("connect %s %s: wrong credentials (%v): pass the auth dir the server was started with (--auth-dir DIR; `termlog up` and `termlog nats` print it) or --creds FILE", url, who, err)
 	case errors.Is(err, nats.ErrSecureConnRequired) || strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls:"):
-		return fmt.Errorf("connect %s %s: %v: the server uses TLS: pass --tls-ca with its CA (DIR/tls/%s)", url, who, err, natslog.TLSCAFile)
+		return fmt.Errorf("connect %s %s: %v: the server uses TLS: pass --tls-ca with its CA (DIR/tls/%s)", url, who, err, natsserver.TLSCAFile)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("connect %s: nothing is listening there (connection refused): start NATS (`termlog up` or `termlog nats`) or point --nats ($TERMLOG_NATS) at it", url)
 	case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &opErr) && opErr.Timeout():
@@ -247,7 +248,7 @@ func fatalConnectError(err error) bool {
 // --nats URLs, waiting with backoff, and saying so, while nothing answers;
 // wrong credentials fail at once. The connection reconnects forever and
 // logs losing and regaining NATS.
-func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natslog.Role) (*nats.Conn, error) {
+func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role) (*nats.Conn, error) {
 	ro, err := g.roleOptions(role)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 // scrape reads one metric family's samples from a /metrics endpoint,
@@ -105,7 +107,7 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	dir, port := rolesEnv(t, bin)
 	srv := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"))
 	srv.waitFor(t, "NATS JetStream at")
-	metaMetrics := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	metaMetrics := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	m := startProc(t, bin, "meta", "run", "--id", "meta-1", "--shards", "1", "--store-timeout", "6s", "--metrics-addr", metaMetrics)
 	type store struct {
 		id, addr, data, metrics string
@@ -113,8 +115,8 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	}
 	var stores []*store
 	for i := 1; i <= 3; i++ {
-		s := &store{id: fmt.Sprintf("store-%d", i), addr: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), data: filepath.Join(dir, fmt.Sprintf("store-%d", i)),
-			metrics: fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))}
+		s := &store{id: fmt.Sprintf("store-%d", i), addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), data: filepath.Join(dir, fmt.Sprintf("store-%d", i)),
+			metrics: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))}
 		stores = append(stores, s)
 	}
 	start := func(s *store) {

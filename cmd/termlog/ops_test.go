@@ -19,7 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // result is one run of the binary.
@@ -100,7 +101,7 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 	bin := buildBinary(t)
 	// Nothing listens here: a role that passed validation would wait for
 	// NATS (and the 60s guard would fail the case).
-	nowhere := fmt.Sprintf("nats://127.0.0.1:%d", freeTCPPort(t))
+	nowhere := fmt.Sprintf("nats://127.0.0.1:%d", testkit.FreePort(t))
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 	}
 
 	// TERMLOG_NATS sets --nats; the flag wins over it.
-	other := fmt.Sprintf("nats://127.0.0.1:%d", freeTCPPort(t))
+	other := fmt.Sprintf("nats://127.0.0.1:%d", testkit.FreePort(t))
 	r := runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "worker", "list")
 	wantOneLineError(t, "TERMLOG_NATS worker list", r, "connect "+nowhere, "nothing is listening")
 	r = runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "status", "--nats", other)
@@ -232,11 +233,11 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 	dir := t.TempDir()
 	auth := authDir(t, bin, dir, "auth")
 	other := authDir(t, bin, dir, "other")
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	srv := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"), "--auth-dir", auth)
 	srv.waitFor(t, "NATS JetStream at")
-	nowhere := fmt.Sprintf("nats://127.0.0.1:%d", freeTCPPort(t))
+	nowhere := fmt.Sprintf("nats://127.0.0.1:%d", testkit.FreePort(t))
 	key := func(role string) string { return filepath.Join(auth, role+".nk") }
 	// --timeout 2s: a command that retried instead of naming the cause
 	// would end with "did not answer within --timeout" (or the 60s guard).
@@ -303,7 +304,7 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 
 	// A lease bucket without a TTL (made by an older termlog with
 	// --lease 0) is refused by a meta replica, and set-lease mends it.
-	nc, err := nats.Connect(url, mustRoleOptions(t, auth, natslog.RoleAdmin)...)
+	nc, err := nats.Connect(url, mustRoleOptions(t, auth, natsserver.RoleAdmin)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,9 +338,9 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 	srv.stop(t)
 }
 
-func mustRoleOptions(t *testing.T, dir string, role natslog.Role) []nats.Option {
+func mustRoleOptions(t *testing.T, dir string, role natsserver.Role) []nats.Option {
 	t.Helper()
-	o, err := natslog.RoleOptions(dir, role)
+	o, err := natsserver.RoleOptions(dir, role)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,10 +357,10 @@ func TestCLIRolesWaitForNATS(t *testing.T) {
 	bin := buildBinary(t)
 	// Every client finds the server and keys through the environment.
 	dir, port := rolesEnv(t, bin)
-	ep := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	ep := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	m := startProc(t, bin, "meta", "run", "--id", "meta-1", "--lease", "1s")
 	w := startProc(t, bin, "worker", "run", "--endpoint", ep)
-	s := startProc(t, bin, "logstore", "--id", "store-1", "--raft-addr", fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)), "--data", filepath.Join(dir, "store-1"))
+	s := startProc(t, bin, "logstore", "--id", "store-1", "--raft-addr", fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), "--data", filepath.Join(dir, "store-1"))
 	for _, p := range []*upProc{m, w, s} {
 		p.waitIn(t, &p.errOut, `"message":"waiting for NATS"`)
 	}
@@ -482,7 +483,7 @@ func TestCLIUpDataDirLeaseAndConventions(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := t.TempDir()
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := filepath.Join(data, "auth")
 	c := []string{"--nats", url, "--auth-dir", auth}

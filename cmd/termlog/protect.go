@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // upOpenStream is up's own open of the event stream with the admin key,
@@ -12,7 +13,7 @@ import (
 // batches, the message size limit), which the meta role may not (it may
 // create the stream but not update it).
 func upOpenStream(ctx context.Context, srv *embeddedNATS, cluster string, replicas int) error {
-	nc, err := srv.Connect(0, "termlog-up-admin", natslog.RoleAdmin)
+	nc, err := srv.Connect(0, "termlog-up-admin", natsserver.RoleAdmin)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/replay"
 )
 
@@ -303,7 +304,7 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		src = replay.JSONL(fh)
 		name = filepath.Base(f.file)
 	} else {
-		nc, l, err := connectStream(ctx, g, "termlog-replay", natslog.RoleObserver)
+		nc, l, err := connectStream(ctx, g, "termlog-replay", natsserver.RoleObserver)
 		if err != nil {
 			return err
 		}
@@ -348,7 +349,7 @@ func newReplayExport(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			l, closeLog, err := openStream(ctx, g, "termlog-replay-export", natslog.RoleObserver)
+			l, closeLog, err := openStream(ctx, g, "termlog-replay-export", natsserver.RoleObserver)
 			if err != nil {
 				return err
 			}
@@ -398,7 +399,7 @@ func newReplayImport(g *globals) *cobra.Command {
 				return err
 			}
 			defer fh.Close()
-			nc, l, err := connectStream(ctx, g, "termlog-replay-import", natslog.RoleAdmin)
+			nc, l, err := connectStream(ctx, g, "termlog-replay-import", natsserver.RoleAdmin)
 			if err != nil {
 				return err
 			}
@@ -425,7 +426,7 @@ func describe(st replay.Stats) string {
 }
 
 // openStream connects to --nats as role and opens the --cluster stream.
-func openStream(ctx context.Context, g *globals, name string, role natslog.Role) (events.Log, func(), error) {
+func openStream(ctx context.Context, g *globals, name string, role natsserver.Role) (events.Log, func(), error) {
 	nc, l, err := connectStream(ctx, g, name, role)
 	if err != nil {
 		return nil, nil, err
@@ -435,13 +436,13 @@ func openStream(ctx context.Context, g *globals, name string, role natslog.Role)
 
 // connectStream connects as role and opens the stream; an admin creates it
 // when missing (import), any other role waits for it.
-func connectStream(ctx context.Context, g *globals, name string, role natslog.Role) (*nats.Conn, *natslog.Log, error) {
+func connectStream(ctx context.Context, g *globals, name string, role natsserver.Role) (*nats.Conn, *natslog.Log, error) {
 	// Fails within --timeout, naming the cause (session.openStream).
 	s, err := g.dialSession(name, role)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := s.openStream(ctx, role == natslog.RoleAdmin)
+	l, err := s.openStream(ctx, role == natsserver.RoleAdmin)
 	if err != nil {
 		s.Close()
 		return nil, nil, err

@@ -20,6 +20,8 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections/projtest"
 	"github.com/termlog/termlog/replay"
 )
@@ -60,7 +62,7 @@ func normalize(t *testing.T, path string) string {
 // a second import into the now non-empty stream.
 func TestReplayImportExport(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first: runs last
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Port: 0})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), Port: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +431,7 @@ func TestCLIFollowTail(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Port: 0})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), Port: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +506,7 @@ func TestCLIUpToScript(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := t.TempDir()
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := filepath.Join(data, "auth")
 	p := startUp(t, bin, data, port)

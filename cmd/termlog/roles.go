@@ -16,11 +16,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // roleConnOptions are the options of every long-running role's connection:
@@ -34,7 +34,7 @@ func roleConnOptions(name string) []nats.Option {
 // leaderRPC sends one request to the meta leader as admin and returns its
 // reply, within --timeout, naming the cause when it fails.
 func (g *globals) leaderRPC(ctx context.Context, rpc string, req any) (client.Reply, error) {
-	s, err := g.dialSession("termlog-admin", natslog.RoleAdmin)
+	s, err := g.dialSession("termlog-admin", natsserver.RoleAdmin)
 	if err != nil {
 		return client.Reply{}, err
 	}
@@ -66,7 +66,7 @@ func newNATSCmd(g *globals) *cobra.Command {
 	var port int
 	var co natsClusterOpts
 	var sec serverSecurity
-	var syncPolicy natslog.SyncPolicy
+	var syncPolicy natsserver.SyncPolicy
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run an embedded NATS JetStream server on 127.0.0.1, standalone or one node of a cluster (--routes)",
@@ -83,7 +83,7 @@ same keys: create them once with 'termlog auth init --dir DIR' and start every
 node with --auth-dir DIR. --insecure runs an open server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := co.serverConfig(natslog.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: syncPolicy})
+			cfg, err := co.serverConfig(natsserver.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: syncPolicy})
 			if err != nil {
 				return err
 			}
@@ -111,7 +111,7 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 			if cfg.ClusterName != "" {
 				cfg.RouteTLS = s.routeTLS
 			}
-			srv, err := natslog.StartServer(cfg)
+			srv, err := natsserver.StartServer(cfg)
 			if err != nil {
 				return err
 			}
@@ -186,7 +186,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 			o.replicas = int(g.replicas)
 			rlg := lg.With().Str("replica", id).Logger()
 			return runRole(rlg, "meta replica", func() error {
-				nc, err := g.connectRole(cmd.Context(), rlg, id, natslog.RoleMeta)
+				nc, err := g.connectRole(cmd.Context(), rlg, id, natsserver.RoleMeta)
 				if err != nil {
 					return err
 				}
@@ -267,7 +267,7 @@ type stepdownResult struct {
 func (g *globals) waitNewLeader(ctx context.Context, old string, oldTerm uint64, waitFor time.Duration) (stepdownResult, error) {
 	start := time.Now()
 	res := stepdownResult{Old: old, OldTerm: oldTerm}
-	s, err := g.dialSession("termlog-stepdown", natslog.RoleObserver)
+	s, err := g.dialSession("termlog-stepdown", natsserver.RoleObserver)
 	if err != nil {
 		return res, err
 	}
@@ -308,7 +308,7 @@ func newSetLeaseCmd(g *globals) *cobra.Command {
 			if err := positiveDuration(&ttl, 0).Set(args[0]); err != nil {
 				return fmt.Errorf("lease %w", err)
 			}
-			s, err := g.dialSession("termlog-set-lease", natslog.RoleAdmin)
+			s, err := g.dialSession("termlog-set-lease", natsserver.RoleAdmin)
 			if err != nil {
 				return err
 			}
@@ -384,7 +384,7 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 		}
 		return runRole(wlg.With().Str("endpoint", endpoint).Logger(), "worker", func() error {
 			ctx := cmd.Context()
-			nc, err := g.connectRole(ctx, wlg, "worker-"+endpoint, natslog.RoleWorker)
+			nc, err := g.connectRole(ctx, wlg, "worker-"+endpoint, natsserver.RoleWorker)
 			if err != nil {
 				return err
 			}
@@ -458,7 +458,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 			o.replicas = int(g.replicas)
 			slg := lg.With().Str("store", id).Logger()
 			return runRole(slg, "log store", func() error {
-				nc, err := g.connectRole(cmd.Context(), slg, id, natslog.RoleStore)
+				nc, err := g.connectRole(cmd.Context(), slg, id, natsserver.RoleStore)
 				if err != nil {
 					return err
 				}

@@ -20,9 +20,10 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/sched"
+	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // Status is what `termlog status --json` prints: read from the stream and
@@ -84,7 +85,7 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
 	}
-	st, origin, err := client.LoadFrom(ctx, lg, store, logger, clock.Real{})
+	st, origin, err := view.LoadFrom(ctx, lg, store, logger, clock.Real{})
 	if err != nil {
 		return Status{}, err
 	}
@@ -185,7 +186,7 @@ func printStatus(w io.Writer, s Status) {
 			for _, r := range sortedIDs(sh.Members) {
 				members += fmt.Sprintf(" %d@%s", r, sh.Members[r])
 				for _, st := range s.Stores {
-					if st.ID == sh.Members[r] && st.State == "down" {
+					if st.ID == sh.Members[r] && st.State == events.StoreDown {
 						down++
 					}
 				}
@@ -221,7 +222,7 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	s, err := g.dialSession("termlog-status", natslog.RoleObserver)
+	s, err := g.dialSession("termlog-status", natsserver.RoleObserver)
 	if err != nil {
 		return Status{}, err
 	}

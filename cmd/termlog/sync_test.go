@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // --sync on nats and up: default always, interval accepted, anything else
@@ -43,14 +44,14 @@ func TestSyncFlag(t *testing.T) {
 
 // up's embedded server runs with the policy asked for.
 func TestEmbeddedNATSSync(t *testing.T) {
-	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
+	for _, p := range []natsserver.SyncPolicy{natsserver.SyncAlways, natsserver.SyncInterval} {
 		e, err := startEmbeddedNATS(t.TempDir(), 0, 1, p, secured{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		js := e.srvs[0].NATS().JetStreamConfig()
 		e.Shutdown()
-		if js == nil || js.SyncAlways != (p == natslog.SyncAlways) {
+		if js == nil || js.SyncAlways != (p == natsserver.SyncAlways) {
 			t.Errorf("sync %s: JetStream config %+v", p, js)
 		}
 	}
@@ -66,12 +67,12 @@ func TestUpProtectsOldStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := startEmbeddedNATS(data, 0, 1, natslog.SyncAlways, sec)
+	srv, err := startEmbeddedNATS(data, 0, 1, natsserver.SyncAlways, sec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	conn := func(r natslog.Role) *nats.Conn {
+	conn := func(r natsserver.Role) *nats.Conn {
 		nc, err := srv.Connect(0, "test-"+string(r), r)
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +82,7 @@ func TestUpProtectsOldStream(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	js, err := jetstream.New(conn(natslog.RoleAdmin))
+	js, err := jetstream.New(conn(natsserver.RoleAdmin))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestUpProtectsOldStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natslog.Open(ctx, conn(natslog.RoleMeta), natslog.Config{RequestTimeout: time.Second}); err == nil || !strings.Contains(err.Error(), "admin") {
+	if _, err := natslog.Open(ctx, conn(natsserver.RoleMeta), natslog.Config{RequestTimeout: time.Second}); err == nil || !strings.Contains(err.Error(), "admin") {
 		t.Fatalf("the meta role opened an unprotected stream: %v", err)
 	}
 	if err := upOpenStream(ctx, srv, natslog.DefaultCluster, 1); err != nil {
@@ -101,7 +102,7 @@ func TestUpProtectsOldStream(t *testing.T) {
 	if err != nil || !info.Config.DenyDelete || !info.Config.DenyPurge {
 		t.Fatalf("after up's open: %+v, %v", info, err)
 	}
-	if _, err := natslog.Open(ctx, conn(natslog.RoleMeta), natslog.Config{}); err != nil {
+	if _, err := natslog.Open(ctx, conn(natsserver.RoleMeta), natslog.Config{}); err != nil {
 		t.Fatalf("meta after up protected the stream: %v", err)
 	}
 }

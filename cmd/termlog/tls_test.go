@@ -14,14 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestPeerTLSFlags: how --tls and --tls-cert/--tls-key of meta, worker and
 // logstore resolve to the files of mutual TLS, and that NATS then uses TLS.
 func TestPeerTLSFlags(t *testing.T) {
 	auth := filepath.Join(t.TempDir(), "auth")
-	if _, err := natslog.InitTLS(filepath.Join(auth, "tls")); err != nil {
+	if _, err := natsserver.InitTLS(filepath.Join(auth, "tls")); err != nil {
 		t.Fatal(err)
 	}
 	want := dirTLSFiles(filepath.Join(auth, "tls"))
@@ -118,10 +119,10 @@ func TestCLIUpTLS(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	data := t.TempDir()
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	auth := filepath.Join(data, "auth")
-	ca := filepath.Join(auth, "tls", natslog.TLSCAFile)
+	ca := filepath.Join(auth, "tls", natsserver.TLSCAFile)
 
 	p := startUp(t, bin, data, port, "--tls")
 	p.waitFor(t, "healthy after")
@@ -172,16 +173,16 @@ func TestCLIRolesTLS(t *testing.T) {
 	if out, err := run(t, bin, "auth", "init", "--dir", auth, "--tls"); err != nil {
 		t.Fatalf("auth init --tls: %v\n%s", err, out)
 	}
-	port := freeTCPPort(t)
+	port := testkit.FreePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	nats := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"), "--auth-dir", auth, "--tls")
 	nats.waitFor(t, "NATS JetStream at")
 	common := []string{"--nats", url, "--auth-dir", auth}
 	meta := startProc(t, bin, append([]string{"meta", "run", "--id", "meta-1", "--lease", "1s", "--tls"}, common...)...)
-	tlsEP := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	tlsEP := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	tlsWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", tlsEP, "--tls"}, common...)...)
-	plainEP := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
-	plainWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", plainEP, "--tls-ca", filepath.Join(auth, "tls", natslog.TLSCAFile)}, common...)...)
+	plainEP := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	plainWorker := startProc(t, bin, append([]string{"worker", "run", "--endpoint", plainEP, "--tls-ca", filepath.Join(auth, "tls", natsserver.TLSCAFile)}, common...)...)
 
 	tlsWorker.waitIn(t, &tlsWorker.errOut, `"message":"control stream accepted"`)
 	for _, line := range strings.Split(tlsWorker.errOut.String(), "\n") {
@@ -195,7 +196,7 @@ func TestCLIRolesTLS(t *testing.T) {
 	}
 	// A --tls store's Raft port takes mutual TLS with the generated
 	// certificate.
-	raft := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+	raft := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	store := startProc(t, bin, append([]string{"logstore", "--id", "store-1", "--raft-addr", raft, "--data", filepath.Join(dir, "store-1"), "--tls"}, common...)...)
 	store.waitIn(t, &store.errOut, `"tls":true`)
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", raft, peerConfig(t, auth))

@@ -28,6 +28,8 @@ import (
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/natsserver"
+	"github.com/termlog/termlog/projections"
 )
 
 type upOpts struct {
@@ -52,7 +54,7 @@ type upOpts struct {
 	// inUp: the replica runs in up (which has the admin key).
 	inUp bool
 	// sync is when the embedded NATS server fsyncs (--sync).
-	sync natslog.SyncPolicy
+	sync natsserver.SyncPolicy
 	// peer is mutual TLS on the control streams (meta) and Raft (logstore);
 	// zero: plaintext.
 	peer tlsFiles
@@ -147,26 +149,12 @@ func portFree(port int) error {
 }
 
 func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
-	if err := validMetricsAddr(o.metricsAddr); err != nil {
-		return err
-	}
-	lg, err := g.logger()
-	if err != nil {
-		return err
-	}
-	data, err := filepath.Abs(o.data)
-	if err != nil {
-		return err
-	}
-	fps, err := failpoint.Parse(os.Getenv(failpoint.EnvVar))
+	env, err := o.prepare(g)
 	if err != nil {
 		return err
 	}
 	// Before NATS opens the data dir: one up (or nats) per data dir.
-	lock, err := lockDataDir(data, "termlog up")
+	lock, err := lockDataDir(env.data, "termlog up")
 	if err != nil {
 		return err
 	}
@@ -174,37 +162,26 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if err := portFree(o.port); err != nil {
 		return err
 	}
-	authDir := o.authDir
-	if authDir == "" {
-		authDir = filepath.Join(data, "auth")
-	}
-	sec, err := o.sec.setup(g.cluster, authDir, g.auth.tlsCA, out)
+	sec, err := o.security(g, env.data, out)
 	if err != nil {
 		return err
 	}
 	o.peer = sec.peer
-	agentTLS, err := o.peer.config()
+	srv, err := o.startNATS(ctx, g.cluster, env, sec, out)
 	if err != nil {
 		return err
-	}
-	if agentTLS != nil {
-		fmt.Fprintln(out, "TLS: control streams and Raft traffic are mutual TLS with", o.peer.ca)
-	}
-	srv, err := startEmbeddedNATS(data, o.port, o.replicas, o.sync, sec)
-	if err != nil {
-		return fmt.Errorf("start NATS: %w", err)
 	}
 	defer srv.Shutdown()
-	srv.lg = lg
-	if err := upOpenStream(ctx, srv, g.cluster, o.replicas); err != nil {
+	f, err := startFleets(ctx, srv, g.cluster, o, env)
+	if err != nil {
 		return err
 	}
-	if o.lease.update {
-		if err := upUpdateLease(ctx, srv, g.cluster, o.lease.ttl, out); err != nil {
-			return err
-		}
+	defer f.shutdown()
+	stopMetrics, err := metricsFor(ctx, o.metricsAddr, env.lg, f.collectors()...)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "termlog up: NATS JetStream at %s (stream and lease at R%d), data in %s\n", srv.URLs(0), max(o.replicas, 1), data)
+	defer stopMetrics()
 	look := "go run ./cmd/termlog status --nats " + srv.URLs(0)
 	if sec.authDir != "" {
 		look += " --auth-dir " + sec.authDir
@@ -212,121 +189,255 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if sec.caFile != "" {
 		look += " --tls-ca " + sec.caFile
 	}
+	o.reportHealth(ctx, f, look, out)
+	fmt.Fprintln(out, "termlog up: shutting down")
+	f.shutdown()
+	fmt.Fprintln(out, "termlog up: stopped; data kept in", env.data)
+	return nil
+}
 
-	// Shut down in order: workers (they deregister), stores, then metas.
-	var wg, wwg, swg sync.WaitGroup
+// upEnv is what up reads from its flags and environment before it starts
+// anything.
+type upEnv struct {
+	lg   zerolog.Logger
+	data string // absolute
+	fps  *failpoint.Set
+}
+
+// prepare validates every flag and reads the logger, the data dir and the
+// failpoints: up fails here, before it starts anything.
+func (o upOpts) prepare(g *globals) (upEnv, error) {
+	var env upEnv
+	if err := o.validate(); err != nil {
+		return env, err
+	}
+	if err := validMetricsAddr(o.metricsAddr); err != nil {
+		return env, err
+	}
+	var err error
+	if env.lg, err = g.logger(); err != nil {
+		return env, err
+	}
+	if env.data, err = filepath.Abs(o.data); err != nil {
+		return env, err
+	}
+	if env.fps, err = failpoint.Parse(os.Getenv(failpoint.EnvVar)); err != nil {
+		return env, err
+	}
+	return env, nil
+}
+
+// security makes or reads the role keys and, with --tls, the CA and
+// certificates, under the auth dir (default <data>/auth).
+func (o upOpts) security(g *globals, data string, out io.Writer) (secured, error) {
+	authDir := o.authDir
+	if authDir == "" {
+		authDir = filepath.Join(data, "auth")
+	}
+	sec, err := o.sec.setup(g.cluster, authDir, g.auth.tlsCA, out)
+	if err != nil {
+		return sec, err
+	}
+	agentTLS, err := sec.peer.config()
+	if err != nil {
+		return sec, err
+	}
+	if agentTLS != nil {
+		fmt.Fprintln(out, "TLS: control streams and Raft traffic are mutual TLS with", sec.peer.ca)
+	}
+	return sec, nil
+}
+
+// startNATS starts the embedded server, opens the stream and, with
+// --update-lease, changes the lease's TTL.
+func (o upOpts) startNATS(ctx context.Context, cluster string, env upEnv, sec secured, out io.Writer) (*embeddedNATS, error) {
+	srv, err := startEmbeddedNATS(env.data, o.port, o.replicas, o.sync, sec)
+	if err != nil {
+		return nil, fmt.Errorf("start NATS: %w", err)
+	}
+	srv.lg = env.lg
+	if err := upOpenStream(ctx, srv, cluster, o.replicas); err != nil {
+		srv.Shutdown()
+		return nil, err
+	}
+	if o.lease.update {
+		if err := upUpdateLease(ctx, srv, cluster, o.lease.ttl, out); err != nil {
+			srv.Shutdown()
+			return nil, err
+		}
+	}
+	fmt.Fprintf(out, "termlog up: NATS JetStream at %s (stream and lease at R%d), data in %s\n", srv.URLs(0), max(o.replicas, 1), env.data)
+	return srv, nil
+}
+
+// upFleets is what up runs: the meta replicas, the workers and the stores,
+// each fleet on its own context so that shutdown stops them in order.
+type upFleets struct {
+	metas  []*meta.Replica
+	stores []*logstore.Store
+
+	cancelMetas, stopWorkers, stopStores context.CancelFunc
+	metasWG, workersWG, storesWG         sync.WaitGroup
+	closers                              []func() // connections and stores, closed last
+	once                                 sync.Once
+}
+
+// shutdown stops the fleets in order: workers first (they deregister),
+// then stores, then metas; then it closes the connections and stores. It
+// waits for every goroutine it stops, and may be called again.
+func (f *upFleets) shutdown() {
+	f.once.Do(func() {
+		f.stopWorkers()
+		f.workersWG.Wait()
+		f.stopStores()
+		f.storesWG.Wait()
+		f.cancelMetas()
+		f.metasWG.Wait()
+		for i := len(f.closers) - 1; i >= 0; i-- {
+			f.closers[i]()
+		}
+	})
+}
+
+// startFleets starts o.metas replicas, o.workers workers and o.stores
+// stores, each on its own connection to srv. On an error it stops what it
+// started.
+func startFleets(ctx context.Context, srv *embeddedNATS, cluster string, o upOpts, env upEnv) (_ *upFleets, err error) {
+	agentTLS, err := o.peer.config()
+	if err != nil {
+		return nil, err
+	}
+	f := &upFleets{}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f.cancelMetas = cancel
 	workerCtx, stopWorkers := context.WithCancel(runCtx)
 	storeCtx, stopStores := context.WithCancel(runCtx)
-	shutdown := func() {
-		stopWorkers()
-		wwg.Wait()
-		stopStores()
-		swg.Wait()
-		cancel()
-		wg.Wait()
+	f.stopWorkers, f.stopStores = stopWorkers, stopStores
+	defer func() {
+		if err != nil {
+			f.shutdown()
+		}
+	}()
+	connect := func(i int, name string, role natsserver.Role) (*nats.Conn, error) {
+		nc, err := srv.Connect(i-1, name, role)
+		if err == nil {
+			f.closers = append(f.closers, nc.Close)
+		}
+		return nc, err
 	}
-	defer shutdown()
-	var metas []*meta.Replica
 	for i := 1; i <= o.metas; i++ {
 		id := fmt.Sprintf("meta-%d", i)
-		nc, err := srv.Connect(i-1, id, natslog.RoleMeta)
+		nc, err := connect(i, id, natsserver.RoleMeta)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer nc.Close()
-		r, err := startMeta(ctx, nc, g.cluster, id, o, fps, lg)
+		r, err := startMeta(ctx, nc, cluster, id, o, env.fps, env.lg)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		metas = append(metas, r)
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = r.Run(runCtx) }()
+		f.metas = append(f.metas, r)
+		f.metasWG.Go(func() { _ = r.Run(runCtx) })
 	}
 	for i := 1; i <= o.workers; i++ {
-		nc, err := srv.Connect(i-1, fmt.Sprintf("worker-%d", i), natslog.RoleWorker)
+		nc, err := connect(i, fmt.Sprintf("worker-%d", i), natsserver.RoleWorker)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer nc.Close()
-		if err := startWorker(workerCtx, &wwg, nc, g.cluster, agentTLS, lg); err != nil {
-			return err
+		if err := startWorker(workerCtx, &f.workersWG, nc, cluster, agentTLS, env.lg); err != nil {
+			return nil, err
 		}
 	}
-
-	var stores []*logstore.Store
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
-		nc, err := srv.Connect(i-1, id, natslog.RoleStore)
+		nc, err := connect(i, id, natsserver.RoleStore)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer nc.Close()
-		dir := filepath.Join(data, id)
+		dir := filepath.Join(env.data, id)
 		addr, err := raftAddr(dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		st, err := startStore(ctx, nc, g.cluster, id, dir, addr, o.snapEvery != 0, o, lg)
+		st, err := startStore(ctx, nc, cluster, id, dir, addr, o.snapEvery != 0, o, env.lg)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer st.Close()
-		stores = append(stores, st)
-		swg.Add(1)
-		go func() { defer swg.Done(); _ = st.Run(storeCtx) }()
+		f.closers = append(f.closers, func() { st.Close() })
+		f.stores = append(f.stores, st)
+		f.storesWG.Go(func() { _ = st.Run(storeCtx) })
 	}
+	return f, nil
+}
+
+// collectors are the fleets' Prometheus metrics.
+func (f *upFleets) collectors() []prometheus.Collector {
 	var cs []prometheus.Collector
-	for _, r := range metas {
+	for _, r := range f.metas {
 		cs = append(cs, metaCollector{r: r, log: r.Log()})
 	}
-	for _, st := range stores {
+	for _, st := range f.stores {
 		cs = append(cs, storeCollector{s: st})
 	}
-	stopMetrics, err := metricsFor(ctx, o.metricsAddr, lg, cs...)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
+	return cs
+}
 
+// upHealth is up's judgement of the cluster from the leader's view.
+type upHealth struct {
+	running  int    // workers running
+	shardsOK int    // shards at 3/3
+	recovery string // the current term's barrier recovery
+	waiting  []uint64
+}
+
+// judgeUp reads the leader's view, recovery and shard health.
+func judgeUp(leader *meta.Replica) upHealth {
+	var h upHealth
+	for _, w := range leader.View().ListWorkers() {
+		if w.State == projections.WorkerRunning {
+			h.running++
+		}
+	}
+	for _, sh := range leader.Health() {
+		if sh.Healthy {
+			h.shardsOK++
+		}
+	}
+	if rec := leader.Terms(); len(rec) > 0 {
+		h.recovery = rec[len(rec)-1].Recovery.State
+		h.waiting = rec[len(rec)-1].Recovery.Waiting
+	}
+	return h
+}
+
+// healthy: every worker running, every shard at 3/3, recovery complete.
+func (h upHealth) healthy(o upOpts) bool {
+	return h.running >= o.workers && h.shardsOK >= o.shards && h.recovery == meta.RecoveryComplete
+}
+
+// reportHealth prints what up waits for until the cluster is healthy, then
+// says so once and prints a status line every o.interval, until ctx ends.
+func (o upOpts) reportHealth(ctx context.Context, f *upFleets, look string, out io.Writer) {
 	start := time.Now()
 	healthy := false
 	for {
-		leader, term := leading(metas)
+		leader, term := meta.LeaderOf(f.metas...)
 		if !healthy && leader != nil {
-			v := leader.View()
-			rec := leader.Terms()
-			running := 0
-			for _, w := range v.ListWorkers() {
-				if w.State == "running" {
-					running++
-				}
-			}
-			shardsOK := 0
-			for _, h := range leader.Health() {
-				if h.Healthy {
-					shardsOK++
-				}
-			}
-			if running >= o.workers && shardsOK >= o.shards && len(rec) > 0 && rec[len(rec)-1].Recovery.State == meta.RecoveryComplete {
+			if h := judgeUp(leader); h.healthy(o) {
 				healthy = true
 				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete, %d shards 3/3\n",
-					time.Since(start).Round(time.Millisecond), leader.ID(), term, running, shardsOK)
+					time.Since(start).Round(time.Millisecond), leader.ID(), term, h.running, h.shardsOK)
 				fmt.Fprintf(out, "look at it:  %s\n", look)
 				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
 			}
 		}
 		if healthy {
-			fmt.Fprintln(out, statusLine(metas, leader, term))
+			fmt.Fprintln(out, statusLine(f.metas, leader, term))
 		} else {
 			fmt.Fprintln(out, waitingLine(leader, o, start))
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(out, "termlog up: shutting down")
-			shutdown()
-			fmt.Fprintln(out, "termlog up: stopped; data kept in", data)
-			return nil
+			return
 		case <-time.After(o.interval):
 		}
 	}
@@ -338,37 +449,15 @@ func waitingLine(leader *meta.Replica, o upOpts, start time.Time) string {
 	if leader == nil {
 		return prefix + " a meta leader"
 	}
-	v := leader.View()
-	running := 0
-	for _, w := range v.ListWorkers() {
-		if w.State == "running" {
-			running++
+	h := judgeUp(leader)
+	line := fmt.Sprintf("%s workers running %d/%d", prefix, h.running, o.workers)
+	if h.recovery != "" {
+		line += " recovery " + h.recovery
+		if len(h.waiting) > 0 {
+			line += fmt.Sprintf(" (waiting on workers %v: a dead one expires after %s)", h.waiting, o.timeout)
 		}
 	}
-	line := fmt.Sprintf("%s workers running %d/%d", prefix, running, o.workers)
-	if rec := leader.Terms(); len(rec) > 0 {
-		r := rec[len(rec)-1].Recovery
-		line += " recovery " + r.State
-		if len(r.Waiting) > 0 {
-			line += fmt.Sprintf(" (waiting on workers %v: a dead one expires after %s)", r.Waiting, o.timeout)
-		}
-	}
-	ok := 0
-	for _, h := range leader.Health() {
-		if h.Healthy {
-			ok++
-		}
-	}
-	return line + fmt.Sprintf(" shards 3/3: %d/%d", ok, o.shards)
-}
-
-func leading(metas []*meta.Replica) (*meta.Replica, uint64) {
-	for _, m := range metas {
-		if ok, term := m.Leading(); ok {
-			return m, term
-		}
-	}
-	return nil, 0
+	return line + fmt.Sprintf(" shards 3/3: %d/%d", h.shardsOK, o.shards)
 }
 
 func statusLine(metas []*meta.Replica, leader *meta.Replica, term uint64) string {
@@ -409,11 +498,11 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	if o.inUp {
 		fix = "`termlog up --lease %s --update-lease`"
 	}
+	// The lease is opened here, not by meta.Open: without --lease the
+	// replica takes the cluster's, and a mismatch is explained with fix.
 	var (
-		lease  meta.Lease
-		ttl    time.Duration
-		snaps  events.SnapshotStore
-		health *meta.HealthKV
+		lease meta.Lease
+		ttl   time.Duration
 	)
 	if err := waitJetStream(ctx, lg, "the lease bucket "+meta.LeaseBucket(cluster), func(ctx context.Context) error {
 		var err error
@@ -422,29 +511,18 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	}); err != nil {
 		return nil, err
 	}
-	if err := waitJetStream(ctx, lg, "the snapshot bucket "+natslog.SnapshotBucket(cluster), func(ctx context.Context) error {
-		var err error
-		snaps, err = openSnapshots(ctx, log, o.snapEvery != 0)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitJetStream(ctx, lg, "the health bucket "+meta.HealthBucket(cluster), func(ctx context.Context) error {
-		var err error
-		health, err = meta.OpenHealthKV(ctx, js, cluster, o.replicas)
-		return err
-	}); err != nil {
-		return nil, err
-	}
 	controlTLS, err := o.peer.config()
 	if err != nil {
 		return nil, err
 	}
-	return meta.New(meta.Config{
-		ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: ttl,
+	return meta.Open(ctx, nc, meta.Config{
+		ID: id, Cluster: cluster, Log: log, Lease: lease, LeaseTTL: ttl, Replicas: o.replicas,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps, ControlTLS: controlTLS,
 		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
-		SnapshotEvery: o.snapEvery, Snapshots: snaps, Health: health,
+		SnapshotEvery: o.snapEvery,
+		Wait: func(ctx context.Context, what string, open func(context.Context) error) error {
+			return waitJetStream(ctx, lg, what, open)
+		},
 	})
 }
 
@@ -526,19 +604,6 @@ func snapshotFlag(f *pflag.FlagSet, every *int) {
 		"the meta leader stores a snapshot of its projection every N events and on clean shutdown, in the object store <cluster>_snapshots; replicas and stores start from the newest one (0: no snapshots)")
 }
 
-// openSnapshots opens the snapshot bucket next to log for a meta replica,
-// creating it when missing; nil when snapshots are off.
-func openSnapshots(ctx context.Context, log *natslog.Log, on bool) (events.SnapshotStore, error) {
-	if !on {
-		return nil, nil
-	}
-	s, err := natslog.OpenSnapshots(ctx, log)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
 // readSnapshots binds the snapshot bucket next to log for a reader (a
 // store, whose role may not create it); nil when snapshots are off or no
 // meta replica has made the bucket yet: the reader folds from seq 1.
@@ -573,7 +638,7 @@ func leaseFlag(f *pflag.FlagSet, ttl *time.Duration) {
 // upUpdateLease is up --update-lease: the lease bucket's TTL becomes ttl,
 // with the admin key, before any replica opens it.
 func upUpdateLease(ctx context.Context, srv *embeddedNATS, cluster string, ttl time.Duration, out io.Writer) error {
-	nc, err := srv.Connect(0, "termlog-up-admin", natslog.RoleAdmin)
+	nc, err := srv.Connect(0, "termlog-up-admin", natsserver.RoleAdmin)
 	if err != nil {
 		return err
 	}

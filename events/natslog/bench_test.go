@@ -11,6 +11,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // The append and read paths of the JetStream log next to raw JetStream on
@@ -30,7 +31,7 @@ type benchLog struct {
 
 func newBenchLog(b *testing.B) *benchLog {
 	b.Helper()
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: b.TempDir()})
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -240,27 +241,27 @@ func BenchmarkReadOrderedConsumer(b *testing.B) {
 }
 
 // BenchmarkAppendSync is the cost of syncing before every acknowledgement
-// (natslog.SyncAlways, the default) next to nats-server's interval sync, on
+// (natsserver.SyncAlways, the default) next to nats-server's interval sync, on
 // one server (R1) and on a 3-node cluster (R3), one event at a time and in
 // appends of 100 (a pipeline on R1, an atomic batch on R3):
 //
 //	go test -run '^$' -bench AppendSync -benchtime 2000x ./events/natslog/
 func BenchmarkAppendSync(b *testing.B) {
-	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
+	for _, p := range []natsserver.SyncPolicy{natsserver.SyncAlways, natsserver.SyncInterval} {
 		for _, replicas := range []int{1, 3} {
 			for _, group := range []int{1, 100} {
 				b.Run(fmt.Sprintf("sync=%s/R%d/group=%d", p, replicas, group), func(b *testing.B) {
 					var nc *nats.Conn
 					var err error
 					if replicas == 1 {
-						srv, serr := natslog.StartServer(natslog.ServerConfig{DataDir: b.TempDir(), Sync: p})
+						srv, serr := natsserver.StartServer(natsserver.ServerConfig{DataDir: b.TempDir(), Sync: p})
 						if serr != nil {
 							b.Fatal(serr)
 						}
 						b.Cleanup(srv.Shutdown)
 						nc, err = srv.Connect()
 					} else {
-						_, cfgs := start3Restartable(b, natslog.ServerConfig{Sync: p})
+						_, cfgs := start3Restartable(b, natsserver.ServerConfig{Sync: p})
 						nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", cfgs[0].Port, cfgs[1].Port, cfgs[2].Port))
 					}
 					if err != nil {

@@ -20,69 +20,36 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 )
-
-func TestStartServerClusterConfigErrors(t *testing.T) {
-	t.Parallel()
-	route := natslog.RouteURL(6222)
-	for _, tc := range []struct {
-		name string
-		cfg  natslog.ServerConfig
-		want string
-	}{
-		{"no name", natslog.ServerConfig{ClusterName: "c", Routes: []string{route}}, "Name"},
-		{"no routes", natslog.ServerConfig{ClusterName: "c", Name: "n1"}, "Routes"},
-		{"dont listen", natslog.ServerConfig{ClusterName: "c", Name: "n1", Routes: []string{route}, DontListen: true}, "DontListen"},
-		{"routes without cluster", natslog.ServerConfig{Routes: []string{route}}, "ClusterName"},
-		{"port without cluster", natslog.ServerConfig{ClusterPort: 6222}, "ClusterName"},
-		{"remote route", natslog.ServerConfig{ClusterName: "c", Name: "n1", Routes: []string{"nats-route://10.0.0.1:6222"}}, "127.0.0.1"},
-		{"route without port", natslog.ServerConfig{ClusterName: "c", Name: "n1", Routes: []string{"nats-route://127.0.0.1"}}, "port"},
-		{"route scheme", natslog.ServerConfig{ClusterName: "c", Name: "n1", Routes: []string{"http://127.0.0.1:6222"}}, "scheme"},
-	} {
-		tc.cfg.DataDir = t.TempDir()
-		s, err := natslog.StartServer(tc.cfg)
-		if err == nil {
-			s.Shutdown()
-			t.Errorf("%s: started", tc.name)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want it to mention %q", tc.name, err, tc.want)
-		}
-	}
-}
 
 // Three nodes form a JetStream cluster: StartServer returns before the meta
 // leader exists, WaitJetStream waits for it, and an R3 stream works from a
 // connection that lists every node.
 func TestCluster3Nodes(t *testing.T) {
 	t.Parallel()
-	_, urls := start3(t, natslog.ServerConfig{})
+	_, urls := start3(t, natsserver.ServerConfig{})
 	checkR3(t, connectAll(t, urls))
 }
 
 // start3 starts three nodes configured like base and waits for their
 // JetStream meta leader.
-func start3(t *testing.T, base natslog.ServerConfig) ([]*natslog.Server, []string) {
+func start3(t *testing.T, base natsserver.ServerConfig) ([]*natsserver.Server, []string) {
 	t.Helper()
 	var ports []int
 	var routes []string
 	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-		routes = append(routes, natslog.RouteURL(ports[len(ports)-1]))
+		ports = append(ports, testkit.FreePort(t))
+		routes = append(routes, natsserver.RouteURL(ports[len(ports)-1]))
 	}
-	var srvs []*natslog.Server
+	var srvs []*natsserver.Server
 	var urls []string
 	for i := range 3 {
 		cfg := base
 		cfg.DataDir, cfg.Name = t.TempDir(), fmt.Sprintf("n%d", i+1)
 		cfg.ClusterName, cfg.ClusterPort, cfg.Routes = "test", ports[i], routes
-		s, err := natslog.StartServer(cfg)
+		s, err := natsserver.StartServer(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,14 +161,14 @@ func testReplicatedAppends(t *testing.T, nc *nats.Conn) {
 			t.Fatalf("AppendAsync(expected %d, prev %q, %d events) = %d, %v; want %d", expected, prev, len(evs), got, err, want)
 		}
 	}
-	wantAsync(13, "1-13", group(1, 40, 2), 15)
-	wantAsync(15, "1-15", group(1, 50, 1), 16)
+	wantAsync(13, "meta-1-1-13", group(1, 40, 2), 15)
+	wantAsync(15, "meta-1-1-15", group(1, 50, 1), 16)
 	// Retries of a landed chained group, the second read-checked.
-	wantAsync(13, "1-13", group(1, 40, 2), 15)
-	wantAsync(15, "1-15", group(1, 50, 1), 16)
+	wantAsync(13, "meta-1-1-13", group(1, 40, 2), 15)
+	wantAsync(15, "meta-1-1-15", group(1, 50, 1), 16)
 	// Chained to an id the expected last seq does not hold: fenced, even
 	// though that seq is the tail.
-	if _, err := l.AppendAsync(ctxT(t), 16, "1-15", group(1, 60, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
+	if _, err := l.AppendAsync(ctxT(t), 16, "meta-1-1-15", group(1, 60, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("append chained to a wrong id: %v, want ErrFenced", err)
 	}
 	// Another writer's log (no knowledge of our last id) took seq 17; a
@@ -210,11 +177,11 @@ func testReplicatedAppends(t *testing.T, nc *nats.Conn) {
 	if _, err := other.Append(ctxT(t), 16, ev(2, 200)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.AppendAsync(ctxT(t), 17, "1-17", group(1, 70, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
+	if _, err := l.AppendAsync(ctxT(t), 17, "meta-1-1-17", group(1, 70, 2)...).Wait(ctxT(t)); !errors.Is(err, events.ErrFenced) {
 		t.Fatalf("append chained to an event another writer's took the seq of: %v, want ErrFenced", err)
 	}
 	wantTail(17)
-	want := []string{"1-1", "1-2", "1-3", "1-4", "1-5", "2-6", "1-7", "1-8", "1-9", "1-10", "1-11", "1-12", "1-13", "1-14", "1-15", "1-16", "2-17"}
+	want := []string{"meta-1-1-1", "meta-1-1-2", "meta-1-1-3", "meta-1-1-4", "meta-1-1-5", "meta-1-2-6", "meta-1-1-7", "meta-1-1-8", "meta-1-1-9", "meta-1-1-10", "meta-1-1-11", "meta-1-1-12", "meta-1-1-13", "meta-1-1-14", "meta-1-1-15", "meta-1-1-16", "meta-1-2-17"}
 	for i, id := range want {
 		m, err := st.GetMsg(ctxT(t), uint64(i+1))
 		if err != nil {
@@ -232,27 +199,27 @@ func TestCluster3NodesSecure(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	auth, certs := filepath.Join(dir, "auth"), filepath.Join(dir, "tls")
-	if _, err := natslog.InitAuth(auth); err != nil {
+	if _, err := natsserver.InitAuth(auth); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natslog.InitTLS(certs); err != nil {
+	if _, err := natsserver.InitTLS(certs); err != nil {
 		t.Fatal(err)
 	}
-	a, err := natslog.LoadServerAuth(auth, "termlog")
+	a, err := natsserver.LoadServerAuth(auth, "termlog")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, ca := filepath.Join(certs, natslog.TLSCertFile), filepath.Join(certs, natslog.TLSKeyFile), filepath.Join(certs, natslog.TLSCAFile)
-	tc, err := natslog.ServerTLSConfig(cert, key)
+	cert, key, ca := filepath.Join(certs, natsserver.TLSCertFile), filepath.Join(certs, natsserver.TLSKeyFile), filepath.Join(certs, natsserver.TLSCAFile)
+	tc, err := natsserver.ServerTLSConfig(cert, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := natslog.RouteTLSConfig(cert, key, ca)
+	rc, err := natsserver.RouteTLSConfig(cert, key, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvs, urls := start3(t, natslog.ServerConfig{Auth: a, TLS: tc, RouteTLS: rc})
-	opts, err := natslog.RoleOptions(auth, natslog.RoleAdmin)
+	srvs, urls := start3(t, natsserver.ServerConfig{Auth: a, TLS: tc, RouteTLS: rc})
+	opts, err := natsserver.RoleOptions(auth, natsserver.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestWatchConsumerServerLost: the server holding a Watch's consumer shuts
@@ -21,7 +22,7 @@ import (
 // measurement (see the README), not an assertion.
 func TestWatchConsumerServerLost(t *testing.T) {
 	t.Parallel()
-	srvs, urls := start3(t, natslog.ServerConfig{})
+	srvs, urls := start3(t, natsserver.ServerConfig{})
 	dial := func(name string) *nats.Conn {
 		return connectAll(t, urls, nats.Name(name), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	}

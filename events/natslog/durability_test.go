@@ -13,54 +13,8 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
-
-// The embedded server syncs every write before it acknowledges it unless
-// asked for nats-server's interval sync: the zero ServerConfig is durable.
-func TestServerSyncPolicy(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		policy     natslog.SyncPolicy
-		syncAlways bool
-	}{
-		{natslog.SyncAlways, true},
-		{natslog.SyncInterval, false},
-	} {
-		s, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), DontListen: true, Sync: tc.policy})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := s.NATS().JetStreamConfig()
-		s.Shutdown()
-		if cfg == nil || cfg.SyncAlways != tc.syncAlways || cfg.SyncInterval != natslog.DefaultSyncInterval {
-			t.Errorf("sync %s: JetStream config %+v, want sync_always %v, sync interval %s", tc.policy, cfg, tc.syncAlways, natslog.DefaultSyncInterval)
-		}
-		if s.Sync() != tc.policy {
-			t.Errorf("Sync() = %s, want %s", s.Sync(), tc.policy)
-		}
-	}
-	// The zero value of ServerConfig is SyncAlways.
-	if got := (natslog.ServerConfig{}).Sync; got != natslog.SyncAlways {
-		t.Errorf("zero ServerConfig syncs %s", got)
-	}
-	if _, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Sync: 7}); err == nil || !strings.Contains(err.Error(), "sync policy") {
-		t.Errorf("unknown sync policy: %v", err)
-	}
-}
-
-func TestParseSyncPolicy(t *testing.T) {
-	t.Parallel()
-	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
-		if got, err := natslog.ParseSyncPolicy(p.String()); err != nil || got != p {
-			t.Errorf("ParseSyncPolicy(%q) = %v, %v", p.String(), got, err)
-		}
-	}
-	for _, bad := range []string{"", "Always", "never", "2m"} {
-		if _, err := natslog.ParseSyncPolicy(bad); err == nil || !strings.Contains(err.Error(), "always") {
-			t.Errorf("ParseSyncPolicy(%q): %v, want an error naming the choices", bad, err)
-		}
-	}
-}
 
 // The event stream is append-only on the server itself: a message delete
 // and a purge are refused even to a user that may do anything (this open
@@ -242,31 +196,31 @@ func TestOpenRejectsSmallMsgSize(t *testing.T) {
 func TestOpenOldStreamAsMeta(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "auth")
-	if _, err := natslog.InitAuth(dir); err != nil {
+	if _, err := natsserver.InitAuth(dir); err != nil {
 		t.Fatal(err)
 	}
-	a, err := natslog.LoadServerAuth(dir, natslog.DefaultCluster)
+	a, err := natsserver.LoadServerAuth(dir, natslog.DefaultCluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Auth: a})
+	s, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), Auth: a})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Shutdown)
-	as := func(r natslog.Role) *nats.Conn {
-		opts, err := natslog.RoleOptions(dir, r)
+	as := func(r natsserver.Role) *nats.Conn {
+		opts, err := natsserver.RoleOptions(dir, r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return connect(t, s, append(opts, nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
 	}
-	admin := as(natslog.RoleAdmin)
+	admin := as(natsserver.RoleAdmin)
 	legacyStream(t, admin, natslog.DefaultCluster)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = natslog.Open(ctx, as(natslog.RoleMeta), natslog.Config{RequestTimeout: time.Second})
+	_, err = natslog.Open(ctx, as(natsserver.RoleMeta), natslog.Config{RequestTimeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "deny purge") || !strings.Contains(err.Error(), "admin") {
 		t.Fatalf("meta Open of an old stream: %v, want an error naming what is missing and the admin", err)
 	}
@@ -275,9 +229,9 @@ func TestOpenOldStreamAsMeta(t *testing.T) {
 		t.Errorf("meta Open took %s to refuse", took)
 	}
 	// A store (reader) binds it as it is.
-	open(t, as(natslog.RoleStore), natslog.Config{Bind: true})
+	open(t, as(natsserver.RoleStore), natslog.Config{Bind: true})
 	open(t, admin, natslog.Config{})
-	l := open(t, as(natslog.RoleMeta), natslog.Config{})
+	l := open(t, as(natsserver.RoleMeta), natslog.Config{})
 	if seq, err := l.Append(ctxT(t), 0, ev(1, 0), ev(1, 1)); err != nil || seq != 2 {
 		t.Fatalf("meta append after the admin's upgrade = %d, %v", seq, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // electionRounds is how many fresh starts TestOpenDuringElection makes.
@@ -40,7 +41,7 @@ const startBudget = 30 * time.Second
 // and the cluster is whole before the next round.
 func TestOpenDuringElection(t *testing.T) {
 	t.Parallel()
-	srvs, cfgs := start3Restartable(t, natslog.ServerConfig{})
+	srvs, cfgs := start3Restartable(t, natsserver.ServerConfig{})
 	rounds := electionRounds
 	if testing.Short() {
 		rounds = 3
@@ -185,27 +186,22 @@ func TestOpenDuringElection(t *testing.T) {
 // again on the same ports and data dirs.
 type cluster3 struct {
 	mu   sync.Mutex
-	cfgs []natslog.ServerConfig
-	srvs []*natslog.Server // nil while down
+	cfgs []natsserver.ServerConfig
+	srvs []*natsserver.Server // nil while down
 }
 
 // start3Restartable starts three nodes configured like base on fixed ports
 // and waits for their meta leader; it returns the nodes' configurations too.
-func start3Restartable(t testing.TB, base natslog.ServerConfig) (*cluster3, []natslog.ServerConfig) {
+func start3Restartable(t testing.TB, base natsserver.ServerConfig) (*cluster3, []natsserver.ServerConfig) {
 	t.Helper()
 	c := &cluster3{}
 	var routes []string
 	var ports [3][2]int
 	for i := range ports {
 		for j := range ports[i] {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ports[i][j] = ln.Addr().(*net.TCPAddr).Port
-			ln.Close()
+			ports[i][j] = testkit.FreePort(t)
 		}
-		routes = append(routes, natslog.RouteURL(ports[i][1]))
+		routes = append(routes, natsserver.RouteURL(ports[i][1]))
 	}
 	for i := range ports {
 		cfg := base
@@ -224,7 +220,7 @@ func start3Restartable(t testing.TB, base natslog.ServerConfig) (*cluster3, []na
 // start starts node i (again).
 func (c *cluster3) start(t testing.TB, i int) {
 	t.Helper()
-	s, err := natslog.StartServer(c.cfgs[i])
+	s, err := natsserver.StartServer(c.cfgs[i])
 	if err != nil {
 		t.Fatalf("start %s: %v", c.cfgs[i].Name, err)
 	}
@@ -251,7 +247,7 @@ func (c *cluster3) waitWhole(t testing.TB) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	c.mu.Lock()
-	srvs := append([]*natslog.Server(nil), c.srvs...)
+	srvs := append([]*natsserver.Server(nil), c.srvs...)
 	c.mu.Unlock()
 	for _, s := range srvs {
 		if _, err := s.WaitJetStream(ctx); err != nil {

@@ -1,5 +1,7 @@
-// Package natslog is the JetStream implementation of events.Log, and an
-// embedded NATS server to run it on.
+// Package natslog is the JetStream implementation of events.Log: fenced
+// appends, reads and watches, and the snapshot object store next to the
+// stream. The embedded server it runs on in up, nats and the tests, with the
+// roles' permissions and TLS generation, is package natsserver.
 //
 // One stream, TERMLOG_<CLUSTER>, holds every event of a cluster on subjects
 // <cluster>.ev.<type>. Appends are fenced by Nats-Expected-Last-Sequence and
@@ -105,17 +107,7 @@ func (c Config) withDefaults() Config {
 // StreamName is the name of the stream of cluster.
 func StreamName(cluster string) string { return wire.Stream(cluster) }
 
-func validCluster(c string) error {
-	if c == "" {
-		return errors.New("empty cluster name")
-	}
-	for _, r := range c {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return fmt.Errorf("cluster name %q: only letters, digits, '-' and '_' are allowed", c)
-		}
-	}
-	return nil
-}
+func validCluster(c string) error { return wire.ValidCluster(c) }
 
 // Log is an events.Log on a JetStream stream. It is safe for concurrent use.
 // It does not own the connection: close it after the last call returned.

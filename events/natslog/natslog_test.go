@@ -21,6 +21,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/logtest"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 func TestMain(m *testing.M) {
@@ -39,9 +40,9 @@ func TestMain(m *testing.M) {
 }
 
 // startServer starts an embedded server on dir, shut down at cleanup.
-func startServer(t *testing.T, dir string, dontListen bool) *natslog.Server {
+func startServer(t *testing.T, dir string, dontListen bool) *natsserver.Server {
 	t.Helper()
-	s, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir, DontListen: dontListen})
+	s, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: dir, DontListen: dontListen})
 	if err != nil {
 		t.Fatalf("StartServer: %v", err)
 	}
@@ -49,7 +50,7 @@ func startServer(t *testing.T, dir string, dontListen bool) *natslog.Server {
 	return s
 }
 
-func connect(t *testing.T, s *natslog.Server, opts ...nats.Option) *nats.Conn {
+func connect(t *testing.T, s *natsserver.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	// A generous dial timeout: tests share a small, loaded machine.
 	nc, err := s.Connect(append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)...)
@@ -210,7 +211,7 @@ func TestStreamConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Subject != "east-1.ev.worker.registered" || m.Header.Get(jetstream.MsgIDHeader) != "1-1" {
+	if m.Subject != "east-1.ev.worker.registered" || m.Header.Get(jetstream.MsgIDHeader) != "meta-1-1-1" {
 		t.Errorf("stored subject %q msg id %q", m.Subject, m.Header.Get(jetstream.MsgIDHeader))
 	}
 }
@@ -397,7 +398,7 @@ func TestCorruptRecord(t *testing.T) {
 func TestRestartKeepsEvents(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s1, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir})
+	s1, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +516,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 
 func testWatchAcrossRestart(t *testing.T, from uint64) {
 	dir := t.TempDir()
-	s1, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir})
+	s1, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +575,7 @@ func testWatchAcrossRestart(t *testing.T, from uint64) {
 		waitPulling(t, nc, l.Stream())
 	}
 	s1.Shutdown()
-	s2, err := natslog.StartServer(natslog.ServerConfig{DataDir: dir, Port: port})
+	s2, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: dir, Port: port})
 	if err != nil {
 		stopWatch()
 		t.Fatal(err)
@@ -707,17 +708,17 @@ func reportedAtOnce(t *testing.T, err error, what string) {
 
 func TestStartServerErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := natslog.StartServer(natslog.ServerConfig{}); err == nil {
+	if _, err := natsserver.StartServer(natsserver.ServerConfig{}); err == nil {
 		t.Error("started without a data dir")
 	}
-	if _, err := natslog.StartServer(natslog.ServerConfig{DataDir: t.TempDir(), Host: "0.0.0.0"}); err == nil {
+	if _, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), Host: "0.0.0.0"}); err == nil {
 		t.Error("started on 0.0.0.0")
 	}
 	notDir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := natslog.StartServer(natslog.ServerConfig{DataDir: notDir}); err == nil {
+	if s, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: notDir}); err == nil {
 		s.Shutdown()
 		t.Error("started on a data dir that is a file")
 	} else {
@@ -729,7 +730,7 @@ func TestStartServerErrors(t *testing.T) {
 	}
 	defer ln.Close()
 	var log syncBuffer
-	s, err := natslog.StartServer(natslog.ServerConfig{
+	s, err := natsserver.StartServer(natsserver.ServerConfig{
 		DataDir: t.TempDir(), Port: ln.Addr().(*net.TCPAddr).Port, LogWriter: &log,
 	})
 	if err == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/logtest"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // The conformance suite, compaction included, on R3 streams of a 3-node
@@ -16,7 +17,7 @@ import (
 // consumers land on any of the three, the stream leader or a follower).
 func TestConformanceR3(t *testing.T) {
 	t.Parallel()
-	_, urls := start3(t, natslog.ServerConfig{})
+	_, urls := start3(t, natsserver.ServerConfig{})
 	nc := connectAll(t, urls)
 	var n atomic.Int64
 	newLog := func(t *testing.T) *natslog.Log {

@@ -1,12 +1,30 @@
 // Package wire names everything termlog puts on NATS, once: the event
 // stream and its subjects, the RPC subjects and which role sends each, the
 // store exec subjects, and the KV and object buckets. The roles'
-// permissions (events/natslog) are built from these names, and the
+// permissions (natsserver) are built from these names, and the
 // clients (meta, meta/client, logstore) send on them, so a new RPC or
 // bucket cannot be used without being granted. Standard library only.
 package wire
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ValidCluster checks a cluster name: it is part of subjects and bucket
+// names, so only letters, digits, '-' and '_' are allowed.
+func ValidCluster(c string) error {
+	if c == "" {
+		return errors.New("empty cluster name")
+	}
+	for _, r := range c {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("cluster name %q: only letters, digits, '-' and '_' are allowed", c)
+		}
+	}
+	return nil
+}
 
 // Stream is the event stream of cluster.
 func Stream(cluster string) string { return "TERMLOG_" + strings.ToUpper(cluster) }

@@ -62,12 +62,32 @@ func NewControlScanner(c net.Conn) *bufio.Scanner {
 
 // WriteControl writes one message and its newline.
 func WriteControl(c net.Conn, m ControlMsg) error {
-	b, err := json.Marshal(m)
+	b, err := AppendControl(nil, m)
 	if err != nil {
 		return err
 	}
-	_, err = c.Write(append(b, '\n'))
+	_, err = c.Write(b)
 	return err
+}
+
+// AppendControl appends one message and its newline to b.
+func AppendControl(b []byte, m ControlMsg) ([]byte, error) {
+	j, err := json.Marshal(m)
+	if err != nil {
+		return b, err
+	}
+	return append(append(b, j...), '\n'), nil
+}
+
+// Answer is the worker's reply to a message of an open session: a barrier
+// is acked once collected (here: at once); nothing else is answered. Agent
+// answers with it, and so does any other worker end of a control stream
+// (the bench's in-memory one), so the protocol has one implementation.
+func Answer(m ControlMsg) (ControlMsg, bool) {
+	if m.Type != MsgBarrier {
+		return ControlMsg{}, false
+	}
+	return ControlMsg{Type: MsgAck, Barrier: m.Barrier}, true
 }
 
 // Agent is the worker side of the control stream, listening on the worker's
@@ -264,15 +284,16 @@ func (a *Agent) serve(ctx context.Context, c net.Conn) {
 			a.logger.Warn().Err(err).Msg("bad control message; closing session")
 			return
 		}
-		if m.Type != MsgBarrier {
+		ack, ok := Answer(m)
+		if !ok {
 			continue
 		}
-		if err := WriteControl(c, ControlMsg{Type: MsgAck, Barrier: m.Barrier}); err != nil {
+		if err := WriteControl(c, ack); err != nil {
 			return
 		}
 		a.mu.Lock()
 		if a.current == c {
-			a.acked = m.Barrier
+			a.acked = ack.Barrier
 			a.notifyLocked()
 		}
 		a.mu.Unlock()

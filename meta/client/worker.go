@@ -156,6 +156,14 @@ func (w *Worker) Deregister(ctx context.Context) error {
 // Run registers, activates and heartbeats until ctx is done, registering
 // again whenever meta says the registration is gone.
 func (w *Worker) Run(ctx context.Context) error {
+	// However Run ends because ctx did — between heartbeats, or while a
+	// register, activate or heartbeat request was in flight — a planned
+	// stop deregisters whatever registration it holds.
+	defer func() {
+		if ctx.Err() != nil {
+			w.stop(ctx)
+		}
+	}()
 	for {
 		if _, err := w.Register(ctx); err != nil {
 			return ctxOr(ctx, err)
@@ -166,7 +174,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		for {
 			select {
 			case <-ctx.Done():
-				w.stop(ctx)
 				return nil
 			case <-w.cfg.Clock.After(w.cfg.Heartbeat):
 			}

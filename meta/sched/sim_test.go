@@ -178,6 +178,7 @@ type simGroup struct {
 	// orphans: replicas removed by a commit whose intent the log no longer
 	// held (its operator was failed first): why.
 	orphans    map[uint64]string
+	orphanBug  map[uint64]int // bugOrphan, or bugLateExec for one within its own term
 	orphanAdds int
 }
 
@@ -815,9 +816,13 @@ func (w *simWorld) commit(g *simGroup) {
 			}
 			if p.op == client.ExecRemove {
 				if g.orphans == nil {
-					g.orphans = map[uint64]string{}
+					g.orphans, g.orphanBug = map[uint64]string{}, map[uint64]int{}
 				}
 				g.orphans[p.replica] = why
+				g.orphanBug[p.replica] = bugOrphan
+				if p.term == w.term {
+					g.orphanBug[p.replica] = bugLateExec
+				}
 			}
 		}
 	}
@@ -981,7 +986,7 @@ func (w *simWorld) startRemoved(st *simStore, a logstore.Action, g *simGroup) {
 	case (pending && p.Kind == projections.PendingRemoving) || gone:
 		w.known(bugPrefix, fmt.Sprintf("%s: the store plans on a prefix (seq %d of %d, after a NATS outage) from before the removal", what, st.proj.Seq, len(w.log)))
 	case g.orphans[a.Replica] != "":
-		w.known(bugOrphan, fmt.Sprintf("%s: the log holds nothing of the removal: %s", what, g.orphans[a.Replica]))
+		w.known(g.orphanBug[a.Replica], fmt.Sprintf("%s: the log holds nothing of the removal: %s", what, g.orphans[a.Replica]))
 	default:
 		w.fail("%s: the log holds nothing of the removal, and it was no orphan commit", what)
 	}
@@ -1022,11 +1027,22 @@ const (
 	bugPendingDeadlock
 	// bugPrefix: after a NATS outage a store's reconciler plans on the
 	// first events it folds again (logstore.Reconciler catches up with the
-	// stream only once, before its first plan; client.Projector is
+	// stream only once, before its first plan; view.Projector is
 	// healthy again at the first event): a replica removed during the
 	// outage is still a member in that prefix and is started.
 	bugPrefix
-	bugKinds = 5
+	// bugLateExec: the residual path of bugOrphan, within one term. The
+	// leader's step ends without an outcome (the exec is unknown: its
+	// reply, or the exec itself, is late), a membership read shows the
+	// change not applied, and the operator is failed; the store then
+	// proposes (its bound runs from when it received the exec) or Raft
+	// commits a proposal made before the read. Raft applies a change the
+	// log holds no intent for. Nothing outside Raft can close this: a
+	// proposal in flight may commit after any read, so it needs the
+	// change fenced inside Raft (the state machine refusing a change
+	// whose intent was given up). Seen about once in 10,000 schedules.
+	bugLateExec
+	bugKinds = 6
 )
 
 func (w *simWorld) known(bug int, msg string) {
@@ -1468,8 +1484,8 @@ func simCheck(t *testing.T, strict int) {
 		t.Logf("raft: %d proposals, %d commits (%d late, after an unknown; %d orphans), %d rejected, %d dropped; %d unknown results, %d refused by the fence; %d meta leaders; %d starts, %d data removals, %d skips of a pending removal",
 			stats.proposals, stats.commits, stats.lateCommits, stats.orphans, stats.rejected, stats.dropped, stats.unknown, stats.refused, stats.leaderChanges, stats.starts, stats.removes, stats.skipsPending)
 		t.Logf("%d schedules ended with a Raft group that lost a quorum of surviving members to the store lost for good (not checked further)", stats.unrecoverable)
-		t.Logf("known bugs (each ends its schedule): %d starts of a replica an orphan commit removed (bugOrphan), %d quorum losses by a change proposed on a membership it was not decided on (bugStaleBase), %d shards left with surplus members (bugSurplus), %d shards deadlocked by a pending intent (bugPendingDeadlock), %d starts of a removed replica from a prefix after a NATS outage (bugPrefix)",
-			stats.known[bits(bugOrphan)], stats.known[bits(bugStaleBase)], stats.known[bits(bugSurplus)], stats.known[bits(bugPendingDeadlock)], stats.known[bits(bugPrefix)])
+		t.Logf("known bugs (each ends its schedule): %d starts of a replica an orphan commit removed (bugOrphan), %d quorum losses by a change proposed on a membership it was not decided on (bugStaleBase), %d shards left with surplus members (bugSurplus), %d shards deadlocked by a pending intent (bugPendingDeadlock), %d starts of a removed replica from a prefix after a NATS outage (bugPrefix), %d starts of a replica removed by a late exec within its own term (bugLateExec)",
+			stats.known[bits(bugOrphan)], stats.known[bits(bugStaleBase)], stats.known[bits(bugSurplus)], stats.known[bits(bugPendingDeadlock)], stats.known[bits(bugPrefix)], stats.known[bits(bugLateExec)])
 	}
 }
 
@@ -1511,6 +1527,18 @@ func TestSimulationStaleBase(t *testing.T) {
 	simCheck(t, bugStaleBase)
 }
 
+// TestSimulationLateExecOrphan: bugLateExec, the residual path of
+// bugOrphan within one term (found by a helper's run of
+// TestSimulationOrphanCommit; its schedule is kept in testdata/rapid):
+// shard {1:s? 2:s? 3:s?}; op-2-19 records "remove 3" (intent 20) and sends
+// it; the step ends without an outcome; a read shows 3 still a member and
+// the operator is failed; Raft then commits the removal, and the store of
+// replica 3 starts it from its data: the log holds nothing of the removal.
+func TestSimulationLateExecOrphan(t *testing.T) {
+	t.Skip("known bug (bugLateExec): an exec whose step ended without an outcome can still commit after a read made the operator fail; closing it needs the change fenced inside Raft")
+	simCheck(t, bugLateExec)
+}
+
 // TestSimulationPendingRemovalDeadlock: bugPendingDeadlock. Minimal
 // schedule (testdata/rapid): shard {1:s4 2:s1 3:s2}; s4 crashes and is
 // marked down; an operator records the removal of replica 1 and sends it
@@ -1531,7 +1559,7 @@ func TestSimulationPendingRemovalDeadlock(t *testing.T) {
 // TestSimulationPrefixPlan: bugPrefix. A store that lost NATS plans again
 // on the first events it folds after the outage: logstore.Reconciler
 // catches up with the stream (CatchUp) only once, before its first plan,
-// and client.Projector reports healthy again at the first event folded. A
+// and view.Projector reports healthy again at the first event folded. A
 // replica removed during the outage is still a member in that prefix, so
 // the store starts it (here: bootstraps it with the initial membership).
 func TestSimulationPrefixPlan(t *testing.T) {

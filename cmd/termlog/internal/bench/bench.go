@@ -26,7 +26,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // Figure groups, in run order. --only takes these names (or a figure name,
@@ -68,14 +68,14 @@ type Config struct {
 	// a phase that runs out reports what it reached and marks the figure.
 	PhaseTimeout time.Duration
 	// Sync is the sync policy of the server every group but sync runs on
-	// (its zero value is natslog.SyncAlways; Defaults, what termlog bench
-	// starts from, has natslog.SyncInterval). Their baselines are raw JetStream on
-	// the same server: with natslog.SyncAlways an fsync per message
+	// (its zero value is natsserver.SyncAlways; Defaults, what termlog bench
+	// starts from, has natsserver.SyncInterval). Their baselines are raw JetStream on
+	// the same server: with natsserver.SyncAlways an fsync per message
 	// dominates both sides (and the raw responder of the register baseline
 	// falls behind its workers' retries), so the ratios say less about
 	// termlog's own cost. The sync group measures what SyncAlways, the
 	// default of termlog's servers, costs.
-	Sync natslog.SyncPolicy
+	Sync natsserver.SyncPolicy
 	// Only restricts the run to these groups (empty: all).
 	Only []string
 	// Progress receives one line per step (nil: discarded).
@@ -90,7 +90,7 @@ type Config struct {
 
 // Defaults are the sizes of a run without flags: about a minute on 2 cores.
 var Defaults = Config{Workers: 1000, Events: 100_000, HeartbeatFor: 10 * time.Second, Lease: 3 * time.Second, PhaseTimeout: 5 * time.Minute, BurstTimeout: time.Minute,
-	Sync: natslog.SyncInterval}
+	Sync: natsserver.SyncInterval}
 
 // Target is what the issue asks of a figure.
 type Target struct {

@@ -8,12 +8,12 @@ import (
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // catchUp measures a new replica joining the stream of the workload: a
-// fresh client.Projector catching up to the tail from a snapshot (the
+// fresh view.Projector catching up to the tail from a snapshot (the
 // newest a leader with the default --snapshot-every would have stored at
 // the worst moment: DefaultSnapshotEvery-1 events behind the tail), next to
 // the same Projector folding from seq 1. Both end at the same hash.
@@ -62,7 +62,7 @@ func (r *run) catchUp(ctx context.Context) error {
 
 	runtime.GC()
 	var with catchUpResult
-	r.profile("catchup.snapshot", func() { with, err = projectorCatchUp(ctx, log, n, bound, true, client.WithSnapshots(snaps)) })
+	r.profile("catchup.snapshot", func() { with, err = projectorCatchUp(ctx, log, n, bound, true, view.WithSnapshots(snaps)) })
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func (r *run) catchUp(ctx context.Context) error {
 		return fmt.Errorf("store snapshot: %w", err)
 	}
 	runtime.GC()
-	atTail, err := projectorCatchUp(ctx, log, n, bound, true, client.WithSnapshots(snaps))
+	atTail, err := projectorCatchUp(ctx, log, n, bound, true, view.WithSnapshots(snaps))
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func (r *run) catchUp(ctx context.Context) error {
 	}
 	f := Figure{
 		Name: "catchup.snapshot",
-		What: fmt.Sprintf("a new replica's client.Projector from start to caught up with the %d-event stream, starting from a snapshot %d events behind the tail (the worst case with --snapshot-every %d; %d KB): find + read + decode + verify it, then fold the tail",
+		What: fmt.Sprintf("a new replica's view.Projector from start to caught up with the %d-event stream, starting from a snapshot %d events behind the tail (the worst case with --snapshot-every %d; %d KB): find + read + decode + verify it, then fold the tail",
 			n, tailEvents, meta.DefaultSnapshotEvery, snapBytes>>10),
 		Unit: "s", Value: with.took.Seconds(), Baseline: without.took.Seconds(),
 		BaselineWhat: fmt.Sprintf("the same Projector folding all %d events from seq 1 (no snapshot)", n),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"runtime/pprof"
 	"sync"
@@ -38,10 +39,8 @@ const (
 
 // metaNode is one meta replica with its own connection, as a process has.
 type metaNode struct {
-	id     string
-	r      *meta.Replica
+	*meta.Replica
 	nc     *nats.Conn
-	log    *natslog.Log
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -53,9 +52,10 @@ func (m *metaNode) stop() { m.once.Do(func() { m.cancel(); <-m.done }) }
 // kill simulates a crash: the connection goes first, so nothing is released.
 func (m *metaNode) kill() { m.once.Do(func() { m.nc.Close(); m.cancel(); <-m.done }) }
 
-// startMeta starts a replica whose connection and goroutines carry its id as
-// their pprof label.
-func (r *run) startMeta(ctx context.Context, cluster, id string, watch *logWatch) (*metaNode, error) {
+// startMeta starts a replica (meta.Open, as up does) whose connection and
+// goroutines carry its id as their pprof label. Its log lines are encoded at
+// info level, as in production, and dropped; its term phases go to watch.
+func (r *run) startMeta(ctx context.Context, cluster, id string, watch *termWatch) (*metaNode, error) {
 	var m *metaNode
 	var err error
 	pprof.Do(context.Background(), pprof.Labels(labelKey, id), func(context.Context) {
@@ -63,31 +63,21 @@ func (r *run) startMeta(ctx context.Context, cluster, id string, watch *logWatch
 		if nc, err = r.env.connect(id); err != nil {
 			return
 		}
-		var log *natslog.Log
-		if log, err = openLog(ctx, nc, cluster); err != nil {
-			return
-		}
-		var js jetstream.JetStream
-		if js, err = jetstream.New(nc); err != nil {
-			return
-		}
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		var lease *meta.KVLease
-		if lease, err = meta.OpenKVLease(octx, js, cluster, r.cfg.Lease, 1); err != nil {
-			return
-		}
 		var rep *meta.Replica
-		rep, err = meta.New(meta.Config{
-			ID: id, Cluster: cluster, Log: log, Lease: lease, NC: nc, LeaseTTL: r.cfg.Lease,
+		rep, err = meta.Open(octx, nc, meta.Config{
+			ID: id, Cluster: cluster, LeaseTTL: r.cfg.Lease, NoHealth: true,
 			WorkerTimeout: workerTimeout, ExpiryInterval: expiryInterval, ControlDialer: dialAgent,
-			Logger: zerolog.New(watch).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
+			Logger: zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
+			OnTerm: watch.add,
 		})
 		if err != nil {
+			nc.Close()
 			return
 		}
 		rctx, rcancel := context.WithCancel(context.Background())
-		m = &metaNode{id: id, r: rep, nc: nc, log: log, cancel: rcancel, done: make(chan struct{})}
+		m = &metaNode{Replica: rep, nc: nc, cancel: rcancel, done: make(chan struct{})}
 		go func() {
 			defer close(m.done)
 			_ = rep.Run(rctx)
@@ -96,9 +86,15 @@ func (r *run) startMeta(ctx context.Context, cluster, id string, watch *logWatch
 	return m, err
 }
 
+// leaderOf is meta.LeaderOf over the nodes.
 func leaderOf(nodes []*metaNode) (*metaNode, uint64) {
+	rs := make([]*meta.Replica, len(nodes))
+	for i, n := range nodes {
+		rs[i] = n.Replica
+	}
+	l, term := meta.LeaderOf(rs...)
 	for _, n := range nodes {
-		if ok, term := n.r.Leading(); ok {
+		if n.Replica == l {
 			return n, term
 		}
 	}
@@ -356,7 +352,7 @@ func (r *run) cluster(ctx context.Context) error {
 
 // metas starts 3 replicas of cluster and waits for a leader whose term has
 // started (and, with recovered, whose barrier recovery is complete).
-func (r *run) metas(ctx context.Context, cluster string, watch *logWatch, recovered bool) ([]*metaNode, *metaNode, uint64, error) {
+func (r *run) metas(ctx context.Context, cluster string, watch *termWatch, recovered bool) ([]*metaNode, *metaNode, uint64, error) {
 	var nodes []*metaNode
 	for i := 1; i <= 3; i++ {
 		m, err := r.startMeta(ctx, cluster, fmt.Sprintf("meta-%d", i), watch)
@@ -371,12 +367,12 @@ func (r *run) metas(ctx context.Context, cluster string, watch *logWatch, recove
 		return nodes, nil, 0, fmt.Errorf("no leader: %w", err)
 	}
 	leader, term := leaderOf(nodes)
-	msg := msgTermStarted
+	phase := meta.TermStarted
 	if recovered {
-		msg = msgRecoveryComplete
+		phase = meta.TermRecovered
 	}
-	if _, err := watch.wait(wctx, func(m logMark) bool { return m.Message == msg && m.Term == term }); err != nil {
-		return nodes, nil, 0, fmt.Errorf("leader %s, term %d: no %q: %w", leader.id, term, msg, err)
+	if _, err := watch.wait(wctx, func(e meta.TermEvent) bool { return e.Phase == phase && e.Term == term }); err != nil {
+		return nodes, nil, 0, fmt.Errorf("leader %s, term %d: not %s: %w", leader.ID(), term, phase, err)
 	}
 	return nodes, leader, term, nil
 }
@@ -405,13 +401,13 @@ func (r *run) burst(ctx context.Context, conns []*nats.Conn, base burstResult) e
 // named profile).
 func (r *run) runBurst(ctx context.Context, conns []*nats.Conn, profile string) (burstResult, error) {
 	n := r.cfg.Workers
-	watch := newLogWatch()
+	watch := newTermWatch()
 	nodes, leader, term, err := r.metas(ctx, metaCluster, watch, false)
 	defer stopAll(nodes)
 	if err != nil {
 		return burstResult{}, err
 	}
-	r.progress("register: %s leads term %d; %d workers register, activate and heartbeat at once (bound %s)", leader.id, term, n, r.cfg.BurstTimeout)
+	r.progress("register: %s leads term %d; %d workers register, activate and heartbeat at once (bound %s)", leader.ID(), term, n, r.cfg.BurstTimeout)
 	fl, err := newFleet(metaCluster, n, conns)
 	if err != nil {
 		return burstResult{}, err
@@ -419,7 +415,7 @@ func (r *run) runBurst(ctx context.Context, conns []*nats.Conn, profile string) 
 	defer fl.stop()
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.BurstTimeout)
 	defer cancel()
-	tail0, err := leader.log.Tail(bctx)
+	tail0, err := leader.Log().Tail(bctx)
 	if err != nil {
 		return burstResult{}, err
 	}
@@ -428,12 +424,12 @@ func (r *run) runBurst(ctx context.Context, conns []*nats.Conn, profile string) 
 		t0 := fl.start(ctx)
 		res, err = r.waitBurst(bctx, fl, t0, tail0, func(seq uint64) bool {
 			for _, m := range nodes {
-				if m.r.Projector().Seq() < seq {
+				if m.Projector().Seq() < seq {
 					return false
 				}
 			}
 			return true
-		}, func(ctx context.Context) (uint64, error) { return leader.log.Tail(ctx) })
+		}, func(ctx context.Context) (uint64, error) { return leader.Log().Tail(ctx) })
 	})
 	if err != nil {
 		return burstResult{}, err
@@ -517,7 +513,7 @@ func (r *run) steady(ctx context.Context, conns []*nats.Conn, baseHB cpuUsage, b
 	if err := r.seed(ctx, steadyCluster, n); err != nil {
 		return fmt.Errorf("seed: %w", err)
 	}
-	watch := newLogWatch()
+	watch := newTermWatch()
 	start := time.Now()
 	nodes, leader, term, err := r.metas(ctx, steadyCluster, watch, true)
 	defer stopAll(nodes)
@@ -525,7 +521,7 @@ func (r *run) steady(ctx context.Context, conns []*nats.Conn, baseHB cpuUsage, b
 		return err
 	}
 	r.progress("steady: %s leads term %d, barrier recovery over %d workers complete %s after start; the workers join and heartbeat",
-		leader.id, term, n, time.Since(start).Round(time.Millisecond))
+		leader.ID(), term, n, time.Since(start).Round(time.Millisecond))
 	fl, err := newFleet(steadyCluster, n, conns)
 	if err != nil {
 		return err
@@ -542,10 +538,10 @@ func (r *run) steady(ctx context.Context, conns []*nats.Conn, baseHB cpuUsage, b
 	}
 	if r.cfg.wants(GroupHeartbeat) {
 		time.Sleep(warmup)
-		r.progress("heartbeat: measuring %d workers at 1 Hz against leader %s for %s", n, leader.id, r.cfg.HeartbeatFor)
+		r.progress("heartbeat: measuring %d workers at 1 Hz against leader %s for %s", n, leader.ID(), r.cfg.HeartbeatFor)
 		u, lat, errs := fl.heartbeatWindow(r.cfg.HeartbeatFor)
 		r.saveProfile("heartbeat", u.profile)
-		r.addHeartbeat(u, lat, errs, baseHB, baseLat, leader.id, n)
+		r.addHeartbeat(u, lat, errs, baseHB, baseLat, leader.ID(), n)
 	}
 	if r.cfg.wants(GroupFailover) {
 		if err := r.failover(ctx, nodes, leader, term, watch, n); err != nil {
@@ -843,7 +839,7 @@ func (r *run) baselineCluster(ctx context.Context, conns []*nats.Conn) (burstRes
 // the new leader's term.started and barrier recovery, with the fleet still
 // heartbeating. The baseline is a raw KV lease handover with the same TTL,
 // renewal and retry cadence, killed at the same point.
-func (r *run) failover(ctx context.Context, nodes []*metaNode, leader *metaNode, term uint64, watch *logWatch, n int) error {
+func (r *run) failover(ctx context.Context, nodes []*metaNode, leader *metaNode, term uint64, watch *termWatch, n int) error {
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
 	defer cancel()
 	// Watch the lease on another replica's connection: the leader's goes
@@ -865,25 +861,25 @@ func (r *run) failover(ctx context.Context, nodes []*metaNode, leader *metaNode,
 		return err
 	}
 	defer func() { _ = w.Stop() }()
-	r.progress("failover: killing leader %s (term %d) right after a lease renewal, %d workers", leader.id, term, n)
+	r.progress("failover: killing leader %s (term %d) right after a lease renewal, %d workers", leader.ID(), term, n)
 	select {
 	case <-w.Updates():
 	case <-fctx.Done():
 		return fmt.Errorf("no lease renewal seen: %w", fctx.Err())
 	}
 	killed := time.Now()
-	var started, recovered logMark
+	var started, recovered meta.TermEvent
 	r.profile("failover", func() {
 		leader.kill()
-		started, err = watch.wait(fctx, func(m logMark) bool {
-			return m.Message == msgTermStarted && m.Term > term && m.Replica != leader.id
+		started, err = watch.wait(fctx, func(e meta.TermEvent) bool {
+			return e.Phase == meta.TermStarted && e.Term > term && e.Replica != leader.ID()
 		})
 		if err != nil {
 			err = fmt.Errorf("no new term started: %w", err)
 			return
 		}
-		recovered, err = watch.wait(fctx, func(m logMark) bool {
-			return m.Message == msgRecoveryComplete && m.Term == started.Term && m.Replica == started.Replica
+		recovered, err = watch.wait(fctx, func(e meta.TermEvent) bool {
+			return e.Phase == meta.TermRecovered && e.Term == started.Term && e.Replica == started.Replica
 		})
 		if err != nil {
 			err = fmt.Errorf("new leader %s did not complete recovery: %w", started.Replica, err)
@@ -894,13 +890,13 @@ func (r *run) failover(ctx context.Context, nodes []*metaNode, leader *metaNode,
 	}
 	var newLeader *metaNode
 	for _, m := range nodes {
-		if m.id == started.Replica {
+		if m.ID() == started.Replica {
 			newLeader = m
 		}
 	}
 	sessions := 0
 	if newLeader != nil {
-		if ts := newLeader.r.Terms(); len(ts) > 0 {
+		if ts := newLeader.Terms(); len(ts) > 0 {
 			sessions = len(ts[len(ts)-1].Recovery.Sessions)
 		}
 	}

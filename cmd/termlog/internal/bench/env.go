@@ -13,20 +13,21 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // env is the embedded server every figure runs on, and the connections
 // opened on it (closed at the end).
 type env struct {
-	srv *natslog.Server
+	srv *natsserver.Server
 
 	mu    sync.Mutex
 	conns []*nats.Conn
 }
 
 // startEnvSync starts a server on dir syncing as p says.
-func startEnvSync(dir string, p natslog.SyncPolicy) (*env, error) {
-	srv, err := natslog.StartServer(natslog.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0, Sync: p})
+func startEnvSync(dir string, p natsserver.SyncPolicy) (*env, error) {
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0, Sync: p})
 	if err != nil {
 		return nil, err
 	}

@@ -3,10 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -14,11 +12,14 @@ import (
 	"github.com/termlog/termlog/meta/client"
 )
 
-// agentConn is the worker end of a control stream, in memory: it answers
-// every barrier with an ack, as client.Agent does, without a goroutine or a
-// socket of its own. 10,000 real agents would need 30,000 file descriptors
-// in one process; the leader's side (its session reader goroutine, the
-// hello, the barrier, the ack) is unchanged.
+// agentConn is the worker end of a control stream, in memory: it decodes,
+// answers and encodes each message with client.Agent's own functions
+// (DecodeControl, Answer, AppendControl), without a goroutine or a socket
+// of its own. 10,000 real agents would need 30,000 file descriptors in one
+// process, and their goroutines would count in the memory figure; the
+// leader's side (its session reader goroutine, the hello, the barrier, the
+// ack) is unchanged. It does not check the hello: a simulated worker has
+// no registration of its own to check it against.
 type agentConn struct {
 	endpoint string
 
@@ -50,10 +51,13 @@ func (c *agentConn) Write(b []byte) (int, error) {
 		}
 		m, err := client.DecodeControl(c.in[:i])
 		c.in = c.in[i+1:]
-		if err == nil && m.Type == client.MsgBarrier {
-			c.out = append(c.out, `{"type":"ack","barrier":`...)
-			c.out = strconv.AppendUint(c.out, m.Barrier, 10)
-			c.out = append(c.out, "}\n"...)
+		if err != nil {
+			continue
+		}
+		if ack, ok := client.Answer(m); ok {
+			if c.out, err = client.AppendControl(c.out, ack); err != nil {
+				return 0, err
+			}
 			c.cond.Broadcast()
 		}
 	}
@@ -98,73 +102,3 @@ func (c *agentConn) RemoteAddr() net.Addr             { return fakeAddr(c.endpoi
 func (c *agentConn) SetDeadline(time.Time) error      { return nil }
 func (c *agentConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *agentConn) SetWriteDeadline(time.Time) error { return nil }
-
-// logMark is one leader milestone read from a replica's log.
-type logMark struct {
-	At      time.Time
-	Replica string
-	Term    uint64
-	Message string
-}
-
-// Milestones logged by meta replicas.
-const (
-	msgLeaseAcquired    = "lease acquired"
-	msgTermStarted      = "term started"
-	msgRecoveryComplete = "initial barrier recovery complete"
-)
-
-// logWatch is the replicas' log writer: it drops the lines (their encoding
-// cost is paid, as in production at info level) and notes the milestones.
-type logWatch struct {
-	mu      sync.Mutex
-	marks   []logMark
-	changed chan struct{}
-}
-
-func newLogWatch() *logWatch { return &logWatch{changed: make(chan struct{})} }
-
-var milestoneKeys = [][]byte{[]byte(`"` + msgLeaseAcquired + `"`), []byte(`"` + msgTermStarted + `"`), []byte(`"` + msgRecoveryComplete + `"`)}
-
-func (w *logWatch) Write(p []byte) (int, error) {
-	now := time.Now()
-	for _, k := range milestoneKeys {
-		if !bytes.Contains(p, k) {
-			continue
-		}
-		var m struct {
-			Replica string `json:"replica"`
-			Term    uint64 `json:"term"`
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(p, &m) == nil {
-			w.mu.Lock()
-			w.marks = append(w.marks, logMark{At: now, Replica: m.Replica, Term: m.Term, Message: m.Message})
-			close(w.changed)
-			w.changed = make(chan struct{})
-			w.mu.Unlock()
-		}
-		break
-	}
-	return len(p), nil
-}
-
-// wait returns the first mark that matches.
-func (w *logWatch) wait(ctx context.Context, match func(logMark) bool) (logMark, error) {
-	for {
-		w.mu.Lock()
-		ch := w.changed
-		for _, m := range w.marks {
-			if match(m) {
-				w.mu.Unlock()
-				return m, nil
-			}
-		}
-		w.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return logMark{}, ctx.Err()
-		case <-ch:
-		}
-	}
-}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 const replayCluster = "benchreplay"
@@ -97,7 +97,7 @@ func (r *run) replay(ctx context.Context) error {
 		return err
 	}
 	f := Figure{
-		Name: "replay.read", What: "natslog Log.Read + State.ApplyRecord from seq 1 to the tail (client.Load)",
+		Name: "replay.read", What: "natslog Log.Read + State.ApplyRecord from seq 1 to the tail (view.Load)",
 		Unit: "events/s", Higher: true,
 		Target: &Target{Of: "ratio", Op: "<=", Limit: 1.25, Text: "<= 1.25x raw consumer"},
 	}
@@ -140,7 +140,7 @@ func (r *run) replay(ctx context.Context) error {
 	}
 	polled, ppartial := polledR.took, polledR.partial
 	f = Figure{
-		Name: "replay.projector", What: "client.Projector.Run catching up to the tail while CatchUp waits on it (a new leader's start; catch-up without snapshot)",
+		Name: "replay.projector", What: "view.Projector.Run catching up to the tail while CatchUp waits on it (a new leader's start; catch-up without snapshot)",
 		Unit: "events/s", Higher: true,
 		Target: &Target{Of: "ratio", Op: "<=", Limit: 1.25, Text: "<= 1.25x raw consumer"},
 		Extra:  map[string]float64{"no_waiter_events_s": float64(n) / polled.Seconds(), "no_waiter_seconds": polled.Seconds()},
@@ -279,17 +279,17 @@ type catchUpResult struct {
 	took    time.Duration
 	seq     uint64 // reached
 	partial bool   // the bound stopped it
-	origin  client.Origin
+	origin  view.Origin
 	state   *projections.State // when it reached n with wait
 }
 
 // projectorCatchUp runs a fresh Projector (with opts) over log until it has
 // folded n events. With wait, the caller blocks in CatchUp as a new leader
 // does; without, it polls Seq every millisecond.
-func projectorCatchUp(ctx context.Context, log *natslog.Log, n int, bound time.Duration, wait bool, opts ...client.ProjectorOption) (catchUpResult, error) {
+func projectorCatchUp(ctx context.Context, log *natslog.Log, n int, bound time.Duration, wait bool, opts ...view.ProjectorOption) (catchUpResult, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := client.NewProjector(log, zerolog.Nop(), nil, opts...)
+	p := view.NewProjector(log, zerolog.Nop(), nil, opts...)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // syncSingleMax caps the one-at-a-time series of the sync group: each
@@ -22,17 +22,17 @@ type syncRun struct {
 // syncCost measures what syncing before every acknowledgement costs: the
 // same fenced appends (one at a time and in chained groups) and the same
 // registration burst, on two servers of this run, one with the default
-// policy (natslog.SyncAlways: fsync before every ack) and one with
-// nats-server's interval sync (natslog.SyncInterval: fsync every 2 min).
+// policy (natsserver.SyncAlways: fsync before every ack) and one with
+// nats-server's interval sync (natsserver.SyncInterval: fsync every 2 min).
 // The baseline of each figure is the interval server.
 func (r *run) syncCost(ctx context.Context) error {
-	servers := map[natslog.SyncPolicy]*env{}
+	servers := map[natsserver.SyncPolicy]*env{}
 	defer func() {
 		for _, e := range servers {
 			e.close()
 		}
 	}()
-	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
+	for _, p := range []natsserver.SyncPolicy{natsserver.SyncAlways, natsserver.SyncInterval} {
 		e, err := startEnvSync(filepath.Join(r.dir, "sync-"+p.String()), p)
 		if err != nil {
 			return fmt.Errorf("server with sync %s: %w", p, err)
@@ -46,9 +46,9 @@ func (r *run) syncCost(ctx context.Context) error {
 		return err
 	}
 	bound := r.cfg.PhaseTimeout / 3
-	runs := map[natslog.SyncPolicy]*syncRun{}
+	runs := map[natsserver.SyncPolicy]*syncRun{}
 	// Appends on both servers, then the bursts: each pair side by side.
-	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
+	for _, p := range []natsserver.SyncPolicy{natsserver.SyncAlways, natsserver.SyncInterval} {
 		s := &syncRun{}
 		runs[p] = s
 		nc, err := servers[p].connect("bench-sync-append")
@@ -80,7 +80,7 @@ func (r *run) syncCost(ctx context.Context) error {
 			return fmt.Errorf("sync %s: grouped fenced append: %w", p, err)
 		}
 	}
-	for _, p := range []natslog.SyncPolicy{natslog.SyncAlways, natslog.SyncInterval} {
+	for _, p := range []natsserver.SyncPolicy{natsserver.SyncAlways, natsserver.SyncInterval} {
 		err := r.withEnv(servers[p], func() error {
 			conns, err := r.workerConns(r.cfg.Workers)
 			defer func() {
@@ -99,7 +99,7 @@ func (r *run) syncCost(ctx context.Context) error {
 			return fmt.Errorf("sync %s: burst: %w", p, err)
 		}
 	}
-	r.addSync(runs[natslog.SyncAlways], runs[natslog.SyncInterval])
+	r.addSync(runs[natsserver.SyncAlways], runs[natsserver.SyncInterval])
 	return nil
 }
 

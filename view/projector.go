@@ -1,7 +1,4 @@
-// Package client is what a worker or a log store embeds to talk to meta: the
-// RPC messages, a worker client that follows the leader, the control-stream
-// agent, and the Projector that folds the event stream into a local view.
-package client
+package view
 
 import (
 	"container/heap"

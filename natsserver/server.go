@@ -1,4 +1,4 @@
-package natslog
+package natsserver
 
 import (
 	"context"
@@ -212,13 +212,13 @@ type Server struct {
 // The caller must call Shutdown.
 func StartServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DataDir == "" {
-		return nil, errors.New("natslog: start server: DataDir is required")
+		return nil, errors.New("natsserver: start server: DataDir is required")
 	}
 	if cfg.Host == "" {
 		cfg.Host = loopback
 	}
 	if cfg.Host != loopback {
-		return nil, fmt.Errorf("natslog: start server: host %q: only %s is allowed", cfg.Host, loopback)
+		return nil, fmt.Errorf("natsserver: start server: host %q: only %s is allowed", cfg.Host, loopback)
 	}
 	port := cfg.Port
 	if port == 0 {
@@ -229,10 +229,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	routes, err := cfg.routeURLs()
 	if err != nil {
-		return nil, fmt.Errorf("natslog: start server: %w", err)
+		return nil, fmt.Errorf("natsserver: start server: %w", err)
 	}
 	if cfg.Sync != SyncAlways && cfg.Sync != SyncInterval {
-		return nil, fmt.Errorf("natslog: start server: unknown sync policy %d", int(cfg.Sync))
+		return nil, fmt.Errorf("natsserver: start server: unknown sync policy %d", int(cfg.Sync))
 	}
 	opts := &server.Options{
 		ServerName:         cfg.Name,
@@ -269,14 +269,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	var ready nkeys.KeyPair
 	if cfg.Auth != nil {
 		if opts.Nkeys, err = cfg.Auth.users(); err != nil {
-			return nil, fmt.Errorf("natslog: start server: %w", err)
+			return nil, fmt.Errorf("natsserver: start server: %w", err)
 		}
 		if ready, err = nkeys.CreateUser(); err != nil {
-			return nil, fmt.Errorf("natslog: start server: %w", err)
+			return nil, fmt.Errorf("natsserver: start server: %w", err)
 		}
 		pub, err := ready.PublicKey()
 		if err != nil {
-			return nil, fmt.Errorf("natslog: start server: %w", err)
+			return nil, fmt.Errorf("natsserver: start server: %w", err)
 		}
 		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: []string{jsAPI + "INFO"}},
@@ -285,7 +285,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("natslog: start server: %w", err)
+		return nil, fmt.Errorf("natsserver: start server: %w", err)
 	}
 	// Always our logger: the server reports fatal start errors (a port in
 	// use) through it, and the stock logger would exit the process.
@@ -298,12 +298,12 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		select {
 		case msg := <-logger.fatal:
 			s.Shutdown()
-			return nil, fmt.Errorf("natslog: start server: %s", msg)
+			return nil, fmt.Errorf("natsserver: start server: %s", msg)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Shutdown()
-			return nil, fmt.Errorf("natslog: start server: not ready for connections after %s (%s:%d, data dir %s)",
+			return nil, fmt.Errorf("natsserver: start server: not ready for connections after %s (%s:%d, data dir %s)",
 				cfg.ReadyTimeout, cfg.Host, cfg.Port, cfg.DataDir)
 		}
 	}
@@ -311,14 +311,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	defer cancel()
 	if err := s.waitEnabled(ctx, logger.fatal); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("natslog: start server: %w", err)
+		return nil, fmt.Errorf("natsserver: start server: %w", err)
 	}
 	if cfg.clustered() {
 		return s, nil
 	}
 	if err := s.waitAnswers(ctx); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("natslog: start server: %w", err)
+		return nil, fmt.Errorf("natsserver: start server: %w", err)
 	}
 	return s, nil
 }
@@ -349,7 +349,7 @@ func (s *Server) waitAnswers(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		dial = max(time.Until(d), dial)
 	}
-	opts := []nats.Option{nats.InProcessServer(s.ns), nats.Name("natslog-ready-check"), nats.NoReconnect(), nats.Timeout(dial)}
+	opts := []nats.Option{nats.InProcessServer(s.ns), nats.Name("natsserver-ready-check"), nats.NoReconnect(), nats.Timeout(dial)}
 	if s.ready != nil {
 		pub, err := s.ready.PublicKey()
 		if err != nil {
@@ -394,12 +394,12 @@ func (s *Server) WaitJetStream(ctx context.Context) (string, error) {
 	for s.cfg.clustered() && s.MetaLeader() == "" {
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("natslog: server %s: no JetStream meta leader: %w", s.cfg.Name, ctx.Err())
+			return "", fmt.Errorf("natsserver: server %s: no JetStream meta leader: %w", s.cfg.Name, ctx.Err())
 		case <-tick.C:
 		}
 	}
 	if err := s.waitAnswers(ctx); err != nil {
-		return "", fmt.Errorf("natslog: server %s: %w", s.cfg.Name, err)
+		return "", fmt.Errorf("natsserver: server %s: %w", s.cfg.Name, err)
 	}
 	return s.MetaLeader(), nil
 }
@@ -452,7 +452,7 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("natslog: connect to embedded server: %w", err)
+		return nil, fmt.Errorf("natsserver: connect to embedded server: %w", err)
 	}
 	return nc, nil
 }

@@ -1,4 +1,4 @@
-package client_test
+package view_test
 
 import (
 	"bytes"
@@ -15,26 +15,12 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/eventgen"
-	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// mixLog is a MemLog holding n events of the generated mix, and the state
-// after each prefix the test asks for.
-func mixLog(t *testing.T, n int) *events.MemLog {
-	t.Helper()
-	mix, err := eventgen.Mix(n, 40)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := events.NewMemLog()
-	if _, err := log.Append(context.Background(), 0, mix.Events...); err != nil {
-		t.Fatal(err)
-	}
-	return log
-}
 
 // foldTo folds log from seq 1 to seq upTo (0: the tail).
 func foldTo(t *testing.T, log events.Log, upTo uint64) *projections.State {
@@ -66,11 +52,11 @@ func putState(t *testing.T, store events.SnapshotStore, log events.Log, seq uint
 
 // catchUp runs a fresh projector with opts until it folded the tail, and
 // returns its state and origin.
-func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...client.ProjectorOption) (*projections.State, client.Origin) {
+func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...view.ProjectorOption) (*projections.State, view.Origin) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p := client.NewProjector(log, lg, nil, opts...)
+	p := view.NewProjector(log, lg, nil, opts...)
 	pctx, stop := startProjector(ctx, p)
 	v, err := p.CatchUp(pctx)
 	stop()
@@ -84,7 +70,7 @@ func catchUp(t *testing.T, log events.Log, lg zerolog.Logger, opts ...client.Pro
 // reaches the hash of a fold from seq 1, folding only the tail.
 func TestProjectorFromSnapshotSameHash(t *testing.T) {
 	const n = 3000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	want := foldTo(t, log, 0)
 	if want.Seq != n || want.Counters.Applied < n*9/10 {
 		t.Fatalf("mix folded to seq %d, %+v", want.Seq, want.Counters)
@@ -96,7 +82,7 @@ func TestProjectorFromSnapshotSameHash(t *testing.T) {
 	for _, cut := range []uint64{1, 213, 1500, 2999, n} {
 		store := events.NewMemSnapshots(log)
 		putState(t, store, log, cut)
-		got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
+		got, o := catchUp(t, log, zerolog.Nop(), view.WithSnapshots(store))
 		if got.Hash() != want.Hash() {
 			t.Fatalf("from the snapshot at %d: hash %s, want %s", cut, got.Hash(), want.Hash())
 		}
@@ -110,7 +96,7 @@ func TestProjectorFromSnapshotSameHash(t *testing.T) {
 // warning, and the newest good one below them is used.
 func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	const n = 2000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	want := foldTo(t, log, 0).Hash()
 	good := foldTo(t, log, 800)
 	other := foldTo(t, log, 1200)
@@ -157,7 +143,7 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), client.WithSnapshots(store))
+			got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), view.WithSnapshots(store))
 			if got.Hash() != want {
 				t.Fatalf("hash %s, want %s", got.Hash(), want)
 			}
@@ -176,7 +162,7 @@ func TestProjectorIgnoresBadSnapshots(t *testing.T) {
 	if _, err := store.Put(context.Background(), events.SnapshotInfo{Seq: 1200, Hash: "bad", Rules: rules}, otherData); err != nil {
 		t.Fatal(err)
 	}
-	got, o := catchUp(t, log, zerolog.Nop(), client.WithSnapshots(store))
+	got, o := catchUp(t, log, zerolog.Nop(), view.WithSnapshots(store))
 	if got.Hash() != want || o.Snapshot != nil || o.Folded != n {
 		t.Fatalf("only a bad snapshot: hash %s (want %s), origin %+v", got.Hash(), want, o)
 	}
@@ -199,10 +185,10 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 func TestProjectorFromSnapshotAtTailReleasesWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 300
-		log := mixLog(t, n)
+		log := testkit.MixLog(t, n)
 		store := events.NewMemSnapshots(log)
 		putState(t, store, log, n)
-		p := client.NewProjector(log, zerolog.Nop(), nil, client.WithSnapshots(store))
+		p := view.NewProjector(log, zerolog.Nop(), nil, view.WithSnapshots(store))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		awaited := make(chan error, 1)
@@ -251,10 +237,10 @@ func (c *stepClock) After(d time.Duration) <-chan time.Time { return time.After(
 // clock it is given.
 func TestLoadFromSnapshot(t *testing.T) {
 	const n = 1000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := events.NewMemSnapshots(log)
 	putState(t, store, log, 600)
-	st, o, err := client.LoadFrom(context.Background(), log, store, zerolog.Nop(), &stepClock{now: eventgen.Base()})
+	st, o, err := view.LoadFrom(context.Background(), log, store, zerolog.Nop(), &stepClock{now: eventgen.Base()})
 	if err != nil {
 		t.Fatal(err)
 	}

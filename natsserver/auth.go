@@ -1,4 +1,4 @@
-package natslog
+package natsserver
 
 import (
 	"errors"
@@ -100,35 +100,35 @@ func writeDirOnce(dir string, complete func(string) error, what string, write fu
 	if err := complete(dir); err == nil {
 		return false, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("natslog: %s: %w", dir, err)
+		return false, fmt.Errorf("natsserver: %s: %w", dir, err)
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		if complete(dir) == nil {
 			return false, nil // another process renamed its files in since the first look
 		}
-		return false, fmt.Errorf("natslog: %s exists but lacks %s: remove it or pick another", dir, what)
+		return false, fmt.Errorf("natsserver: %s exists but lacks %s: remove it or pick another", dir, what)
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return false, fmt.Errorf("natslog: %w", err)
+		return false, fmt.Errorf("natsserver: %w", err)
 	}
 	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+"-*")
 	if err != nil {
-		return false, fmt.Errorf("natslog: %w", err)
+		return false, fmt.Errorf("natsserver: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
 	if err := os.Chmod(tmp, 0o700); err != nil {
-		return false, fmt.Errorf("natslog: %w", err)
+		return false, fmt.Errorf("natsserver: %w", err)
 	}
 	if err := write(tmp); err != nil {
-		return false, fmt.Errorf("natslog: %s: %w", dir, err)
+		return false, fmt.Errorf("natsserver: %s: %w", dir, err)
 	}
 	// An empty dir is replaced by the rename; a non-empty one makes it fail.
 	if err := os.Rename(tmp, dir); err != nil {
 		if complete(dir) == nil {
 			return false, nil // another process won
 		}
-		return false, fmt.Errorf("natslog: %s: %w", dir, err)
+		return false, fmt.Errorf("natsserver: %s: %w", dir, err)
 	}
 	return true, nil
 }
@@ -164,18 +164,18 @@ type ServerAuth struct {
 
 // LoadServerAuth reads every role's PublicKeyFile from dir.
 func LoadServerAuth(dir, cluster string) (*ServerAuth, error) {
-	if err := validCluster(cluster); err != nil {
-		return nil, fmt.Errorf("natslog: server auth: %w", err)
+	if err := wire.ValidCluster(cluster); err != nil {
+		return nil, fmt.Errorf("natsserver: server auth: %w", err)
 	}
 	a := &ServerAuth{Cluster: cluster, Keys: map[Role]string{}}
 	for _, r := range Roles() {
 		b, err := os.ReadFile(PublicKeyFile(dir, r))
 		if err != nil {
-			return nil, fmt.Errorf("natslog: server auth: %w (create the role keys with `termlog auth init --dir %s`)", err, dir)
+			return nil, fmt.Errorf("natsserver: server auth: %w (create the role keys with `termlog auth init --dir %s`)", err, dir)
 		}
 		pub := strings.TrimSpace(string(b))
 		if !nkeys.IsValidPublicUserKey(pub) {
-			return nil, fmt.Errorf("natslog: server auth: %s is not an NKey user public key", PublicKeyFile(dir, r))
+			return nil, fmt.Errorf("natsserver: server auth: %s is not an NKey user public key", PublicKeyFile(dir, r))
 		}
 		a.Keys[r] = pub
 	}
@@ -184,7 +184,7 @@ func LoadServerAuth(dir, cluster string) (*ServerAuth, error) {
 
 // users are the server's NKey users: one per role with its permissions.
 func (a *ServerAuth) users() ([]*server.NkeyUser, error) {
-	if err := validCluster(a.Cluster); err != nil {
+	if err := wire.ValidCluster(a.Cluster); err != nil {
 		return nil, fmt.Errorf("server auth: %w", err)
 	}
 	var out []*server.NkeyUser
@@ -236,7 +236,7 @@ func kvReader(bucket string) []string {
 // of a cluster (the stream OBJ_<bucket>: info, list and chunk reads through
 // consumers, direct gets of an object's metadata).
 func snapshotReader(cluster string) []string {
-	s := "OBJ_" + SnapshotBucket(cluster)
+	s := "OBJ_" + wire.SnapshotBucket(cluster)
 	return append(streamReader(s),
 		jsAPI+"DIRECT.GET."+s,
 		jsAPI+"DIRECT.GET."+s+".>",
@@ -257,7 +257,7 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 		}
 		return out
 	}
-	stream := StreamName(cluster)
+	stream := wire.Stream(cluster)
 	bucket := LeaseBucketName(cluster)
 	health := wire.HealthBucket(cluster)
 	// A responder may publish to the reply subject of a request it
@@ -273,10 +273,10 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 			wire.ExecWildcard(cluster),   // config changes run by stores
 			jsAPI + "STREAM.CREATE." + stream,
 			jsAPI + "STREAM.CREATE.KV_" + bucket,
-			"$O." + SnapshotBucket(cluster) + ".>", // snapshot chunks and metadata
-			jsAPI + "STREAM.CREATE.OBJ_" + SnapshotBucket(cluster),
-			jsAPI + "STREAM.PURGE.OBJ_" + SnapshotBucket(cluster), // old snapshots' chunks
-			"$KV." + health + ".>",                                // the leader's health record
+			"$O." + wire.SnapshotBucket(cluster) + ".>", // snapshot chunks and metadata
+			jsAPI + "STREAM.CREATE.OBJ_" + wire.SnapshotBucket(cluster),
+			jsAPI + "STREAM.PURGE.OBJ_" + wire.SnapshotBucket(cluster), // old snapshots' chunks
+			"$KV." + health + ".>",                                     // the leader's health record
 			jsAPI + "STREAM.CREATE.KV_" + health,
 		}
 		allow = append(allow, streamReader(stream)...)
@@ -319,20 +319,20 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 func ClientOptions(seedFile string) ([]nats.Option, error) {
 	b, err := os.ReadFile(seedFile)
 	if err != nil {
-		return nil, fmt.Errorf("natslog: credentials: %w", err)
+		return nil, fmt.Errorf("natsserver: credentials: %w", err)
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 	if err != nil {
-		return nil, fmt.Errorf("natslog: credentials %s: %w", seedFile, err)
+		return nil, fmt.Errorf("natsserver: credentials %s: %w", seedFile, err)
 	}
 	defer kp.Wipe()
 	pub, err := kp.PublicKey()
 	if err != nil {
-		return nil, fmt.Errorf("natslog: credentials %s: %w", seedFile, err)
+		return nil, fmt.Errorf("natsserver: credentials %s: %w", seedFile, err)
 	}
 	opt, err := nats.NkeyOptionFromSeed(seedFile)
 	if err != nil {
-		return nil, fmt.Errorf("natslog: credentials %s: %w", seedFile, err)
+		return nil, fmt.Errorf("natsserver: credentials %s: %w", seedFile, err)
 	}
 	return []nats.Option{opt, nats.CustomInboxPrefix(InboxPrefix(pub))}, nil
 }

@@ -1,4 +1,4 @@
-package client_test
+package view_test
 
 import (
 	"bytes"
@@ -10,7 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/view"
 )
 
 // compactAfterCheck returns a store over log holding the state at seq snap,
@@ -31,10 +32,10 @@ func compactAfterCheck(t *testing.T, log *events.MemLog, snap, before uint64) *e
 // folding the events after the gap onto the snapshot.
 func TestProjectorSnapshotCompactedFallsBack(t *testing.T) {
 	const n = 1000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := compactAfterCheck(t, log, 400, 600)
 	var logs bytes.Buffer
-	got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), client.WithSnapshots(store))
+	got, o := catchUp(t, log, zerolog.New(&syncWriter{w: &logs}), view.WithSnapshots(store))
 	if log.FirstSeq() != 600 {
 		t.Fatalf("the log was not compacted: first seq %d", log.FirstSeq())
 	}
@@ -53,10 +54,10 @@ func TestProjectorSnapshotCompactedFallsBack(t *testing.T) {
 // LoadFrom does the same.
 func TestLoadFromSnapshotCompactedFallsBack(t *testing.T) {
 	const n = 1000
-	log := mixLog(t, n)
+	log := testkit.MixLog(t, n)
 	store := compactAfterCheck(t, log, 400, 600)
 	var logs bytes.Buffer
-	got, o, err := client.LoadFrom(context.Background(), log, store, zerolog.New(&syncWriter{w: &logs}), nil)
+	got, o, err := view.LoadFrom(context.Background(), log, store, zerolog.New(&syncWriter{w: &logs}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

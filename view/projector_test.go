@@ -1,4 +1,4 @@
-package client_test
+package view_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/view"
 )
 
 func appendTerm(t *testing.T, log *events.MemLog, term uint64) uint64 {
@@ -24,29 +25,18 @@ func appendTerm(t *testing.T, log *events.MemLog, term uint64) uint64 {
 }
 
 // runProjector runs p until the test ends.
-func runProjector(t *testing.T, p *client.Projector) {
+func runProjector(t *testing.T, p *view.Projector) {
 	_, stop := startProjector(context.Background(), p)
 	t.Cleanup(stop)
 }
 
 // startProjector runs p under a child of parent until stop, which cancels
 // and joins it; ctx is for the calls made on p meanwhile.
-func startProjector(parent context.Context, p *client.Projector) (ctx context.Context, stop func()) {
+func startProjector(parent context.Context, p *view.Projector) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = p.Run(ctx) })
 	return ctx, func() { cancel(); wg.Wait() }
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestProjectorAwaitSeq: AwaitSeq returns once its seq is folded (not
@@ -57,7 +47,7 @@ func TestProjectorAwaitSeq(t *testing.T) {
 	log := events.NewMemLog()
 	appendTerm(t, log, 1)
 	appendTerm(t, log, 2)
-	p := client.NewProjector(log, zerolog.Nop(), nil)
+	p := view.NewProjector(log, zerolog.Nop(), nil)
 	runProjector(t, p)
 	ctx := context.Background()
 	if err := p.AwaitSeq(ctx, 2); err != nil {
@@ -76,7 +66,7 @@ func TestProjectorAwaitSeq(t *testing.T) {
 	changed := p.Changed()
 	appendTerm(t, log, 3)
 	<-changed
-	waitFor(t, "seq 3", func() bool { return p.Seq() == 3 })
+	testkit.Eventually(t, 10*time.Second, "seq 3", func() bool { return p.Seq() == 3 })
 	// Released waiters return nil even when their context ends later; this
 	// one must still be waiting.
 	ecancel()
@@ -116,7 +106,7 @@ func TestProjectorAwaitSeq(t *testing.T) {
 // waiters at once, and a waiter that gives up is forgotten.
 func TestAwaitSeq(t *testing.T) {
 	log := events.NewMemLog()
-	p := client.NewProjector(log, zerolog.Nop(), nil)
+	p := view.NewProjector(log, zerolog.Nop(), nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var run sync.WaitGroup

@@ -1,4 +1,4 @@
-package natslog_test
+package natsserver_test
 
 import (
 	"crypto/x509"
@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // TestInitAuthOnce: processes racing to create the same auth dir end up
@@ -24,7 +24,7 @@ func TestInitAuthOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
-		go func() { defer wg.Done(); created[i], errs[i] = natslog.InitAuth(dir) }()
+		go func() { defer wg.Done(); created[i], errs[i] = natsserver.InitAuth(dir) }()
 	}
 	wg.Wait()
 	winners := 0
@@ -42,13 +42,13 @@ func TestInitAuthOnce(t *testing.T) {
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("auth dir: %v mode %v, want 0700", err, fi.Mode().Perm())
 	}
-	a, err := natslog.LoadServerAuth(dir, "termlog")
+	a, err := natsserver.LoadServerAuth(dir, "termlog")
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
-	for _, r := range natslog.Roles() {
-		fi, err := os.Stat(natslog.SeedFile(dir, r))
+	for _, r := range natsserver.Roles() {
+		fi, err := os.Stat(natsserver.SeedFile(dir, r))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s seed: %v mode %v, want 0600", r, err, fi.Mode().Perm())
 		}
@@ -56,15 +56,15 @@ func TestInitAuthOnce(t *testing.T) {
 			t.Fatalf("role %s shares its key with another role", r)
 		}
 		seen[a.Keys[r]] = true
-		if _, err := natslog.RoleOptions(dir, r); err != nil {
+		if _, err := natsserver.RoleOptions(dir, r); err != nil {
 			t.Fatalf("%s client options: %v", r, err)
 		}
 	}
-	if again, err := natslog.InitAuth(dir); err != nil || again {
+	if again, err := natsserver.InitAuth(dir); err != nil || again {
 		t.Fatalf("second InitAuth: created %v, %v; want the set kept", again, err)
 	}
-	b, err := natslog.LoadServerAuth(dir, "termlog")
-	if err != nil || b.Keys[natslog.RoleMeta] != a.Keys[natslog.RoleMeta] {
+	b, err := natsserver.LoadServerAuth(dir, "termlog")
+	if err != nil || b.Keys[natsserver.RoleMeta] != a.Keys[natsserver.RoleMeta] {
 		t.Fatalf("keys changed: %v", err)
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), ".auth-*"))
@@ -81,13 +81,13 @@ func TestInitAuthRefusesPartialDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "meta.nk"), []byte("SUxxx\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natslog.InitAuth(dir); err == nil || !strings.Contains(err.Error(), "lacks") {
+	if _, err := natsserver.InitAuth(dir); err == nil || !strings.Contains(err.Error(), "lacks") {
 		t.Fatalf("InitAuth on a partial dir: %v, want an error", err)
 	}
-	if _, err := natslog.LoadServerAuth(dir, "termlog"); err == nil {
+	if _, err := natsserver.LoadServerAuth(dir, "termlog"); err == nil {
 		t.Fatal("LoadServerAuth accepted a dir without public keys")
 	}
-	if _, err := natslog.RoleOptions(dir, natslog.RoleMeta); err == nil {
+	if _, err := natsserver.RoleOptions(dir, natsserver.RoleMeta); err == nil {
 		t.Fatal("RoleOptions accepted a bad seed")
 	}
 }
@@ -97,21 +97,21 @@ func TestInitAuthRefusesPartialDir(t *testing.T) {
 func TestInitTLS(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "tls")
-	if created, err := natslog.InitTLS(dir); err != nil || !created {
+	if created, err := natsserver.InitTLS(dir); err != nil || !created {
 		t.Fatalf("InitTLS: %v, %v", created, err)
 	}
-	if fi, err := os.Stat(filepath.Join(dir, natslog.TLSKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(filepath.Join(dir, natsserver.TLSKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("server key: %v mode %v", err, fi.Mode().Perm())
 	}
-	if _, err := natslog.ServerTLSConfig(filepath.Join(dir, natslog.TLSCertFile), filepath.Join(dir, natslog.TLSKeyFile)); err != nil {
+	if _, err := natsserver.ServerTLSConfig(filepath.Join(dir, natsserver.TLSCertFile), filepath.Join(dir, natsserver.TLSKeyFile)); err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(filepath.Join(dir, natslog.TLSCAFile))
+	caPEM, err := os.ReadFile(filepath.Join(dir, natsserver.TLSCAFile))
 	if err != nil || !pool.AppendCertsFromPEM(caPEM) {
 		t.Fatalf("CA: %v", err)
 	}
-	certPEM, err := os.ReadFile(filepath.Join(dir, natslog.TLSCertFile))
+	certPEM, err := os.ReadFile(filepath.Join(dir, natsserver.TLSCertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestInitTLS(t *testing.T) {
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "10.0.0.1"}); err == nil {
 		t.Error("certificate verifies for 10.0.0.1")
 	}
-	if again, err := natslog.InitTLS(dir); err != nil || again {
+	if again, err := natsserver.InitTLS(dir); err != nil || again {
 		t.Fatalf("second InitTLS: %v, %v; want the files kept", again, err)
 	}
 }

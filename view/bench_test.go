@@ -1,4 +1,4 @@
-package client_test
+package view_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/eventgen"
-	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // The Projector folding an in-memory log: what a replica pays per event
 // apart from reading the stream.
 //
-//	go test -run '^$' -bench . ./meta/client/
+//	go test -run '^$' -bench . ./view/
 
 // benchLog holds n events over a steady population of about active
 // workers: they register, activate, and are expired and replaced at the same
@@ -65,7 +65,7 @@ func BenchmarkProjectorCatchUp(b *testing.B) {
 	tail, _ := log.Tail(context.Background())
 	b.ReportAllocs()
 	b.ResetTimer()
-	p := client.NewProjector(log, zerolog.Nop(), nil)
+	p := view.NewProjector(log, zerolog.Nop(), nil)
 	ctx, stop := startProjector(context.Background(), p)
 	_, err := p.CatchUp(ctx)
 	b.StopTimer()
@@ -83,7 +83,7 @@ func BenchmarkProjectorFollow(b *testing.B) {
 	tail, _ := log.Tail(context.Background())
 	b.ReportAllocs()
 	b.ResetTimer()
-	p := client.NewProjector(log, zerolog.Nop(), nil)
+	p := view.NewProjector(log, zerolog.Nop(), nil)
 	_, stop := startProjector(context.Background(), p)
 	for p.Seq() < tail {
 		time.Sleep(time.Millisecond)
@@ -93,12 +93,12 @@ func BenchmarkProjectorFollow(b *testing.B) {
 	b.ReportMetric(float64(tail)/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkLoad: client.Load, the one-shot fold status and worker list use.
+// BenchmarkLoad: view.Load, the one-shot fold status and worker list use.
 func BenchmarkLoad(b *testing.B) {
 	log := benchLog(b, b.N, benchActive)
 	b.ReportAllocs()
 	b.ResetTimer()
-	st, err := client.Load(context.Background(), log)
+	st, err := view.Load(context.Background(), log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -132,10 +132,10 @@ func BenchmarkCatchUpSnapshot(b *testing.B) {
 	if _, err := store.Put(context.Background(), si, data); err != nil {
 		b.Fatal(err)
 	}
-	run := func(b *testing.B, folded uint64, opts ...client.ProjectorOption) {
+	run := func(b *testing.B, folded uint64, opts ...view.ProjectorOption) {
 		b.ReportAllocs()
 		for b.Loop() {
-			p := client.NewProjector(log, zerolog.Nop(), nil, opts...)
+			p := view.NewProjector(log, zerolog.Nop(), nil, opts...)
 			ctx, stop := startProjector(context.Background(), p)
 			_, err := p.CatchUp(ctx)
 			stop()
@@ -145,6 +145,6 @@ func BenchmarkCatchUpSnapshot(b *testing.B) {
 		}
 		b.ReportMetric(float64(m)*float64(b.N)/b.Elapsed().Seconds(), "stream-events/s")
 	}
-	b.Run("snapshot", func(b *testing.B) { run(b, tail, client.WithSnapshots(store)) })
+	b.Run("snapshot", func(b *testing.B) { run(b, tail, view.WithSnapshots(store)) })
 	b.Run("full", func(b *testing.B) { run(b, m) })
 }

@@ -1,0 +1,151 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
+)
+
+// termLog records the OnTerm events of every replica.
+type termLog struct {
+	mu  sync.Mutex
+	evs []TermEvent
+}
+
+func (l *termLog) add(e TermEvent) { l.mu.Lock(); l.evs = append(l.evs, e); l.mu.Unlock() }
+
+// of returns the phases replica saw in term, in order.
+func (l *termLog) of(replica string, term uint64) []TermPhase {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A session is known by its lease: TermAcquired comes before the term
+	// is chosen (Term 0).
+	var lease uint64
+	for _, e := range l.evs {
+		if e.Replica == replica && e.Term == term && term != 0 {
+			lease = e.Lease
+		}
+	}
+	var out []TermPhase
+	for _, e := range l.evs {
+		if e.Replica == replica && lease != 0 && e.Lease == lease {
+			out = append(out, e.Phase)
+		}
+	}
+	return out
+}
+
+// TestOpenAndOnTerm: Open makes the stream and the buckets on a bare server
+// and returns a replica that leads; OnTerm sees its term acquired, started
+// and recovered, in that order, and ended, with the reason, when the
+// replica steps down; a second replica opened on the same buckets takes
+// the next term and reports the same phases.
+func TestOpenAndOnTerm(t *testing.T) {
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	var seen termLog
+	open := func(id string) (*Replica, func()) {
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var waited []string
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := Open(ctx, nc, Config{
+			ID: id, Cluster: "open", LeaseTTL: time.Second, SnapshotEvery: 5, OnTerm: seen.add,
+			Logger: testkit.Logger(t),
+			Wait: func(ctx context.Context, what string, f func(context.Context) error) error {
+				waited = append(waited, what)
+				return f(ctx)
+			},
+		})
+		if err != nil {
+			t.Fatalf("Open %s: %v", id, err)
+		}
+		want := []string{"the event stream TERMLOG_OPEN", "the lease bucket open_leader", "the snapshot bucket open_snapshots", "the health bucket open_health"}
+		if !slices.Equal(waited, want) {
+			t.Errorf("Open %s waited for %q, want %q", id, waited, want)
+		}
+		if _, ok := r.Log().(*natslog.Log); !ok || r.cfg.Snapshots == nil || r.cfg.Health == nil || r.cfg.NC != nc {
+			t.Errorf("Open %s: log %T, snapshots %v, health %v, nc set %v", id, r.Log(), r.cfg.Snapshots, r.cfg.Health, r.cfg.NC == nc)
+		}
+		rctx, rcancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(rctx) }()
+		stop := func() { rcancel(); <-done; nc.Close() }
+		return r, stop
+	}
+	a, stopA := open("meta-1")
+	defer stopA()
+	testkit.Eventually(t, 10*time.Second, "meta-1 to lead and recover", func() bool {
+		r, term := LeaderOf(a)
+		return r == a && slices.Contains(seen.of("meta-1", term), TermRecovered)
+	})
+	_, t1 := LeaderOf(a)
+	if got := seen.of("meta-1", t1); !slices.Equal(got, []TermPhase{TermAcquired, TermStarted, TermRecovered}) {
+		t.Fatalf("meta-1 term %d phases %v, want acquired, started, recovered", t1, got)
+	}
+	b, stopB := open("meta-2")
+	defer stopB()
+	a.StepDown()
+	testkit.Eventually(t, 10*time.Second, "meta-2 to lead and recover", func() bool {
+		r, term := LeaderOf(a, b)
+		return r == b && slices.Contains(seen.of("meta-2", term), TermRecovered)
+	})
+	_, t2 := LeaderOf(a, b)
+	if t2 <= t1 {
+		t.Fatalf("meta-2 leads term %d, not above %d", t2, t1)
+	}
+	if got := seen.of("meta-1", t1); !slices.Equal(got, []TermPhase{TermAcquired, TermStarted, TermRecovered, TermEnded}) {
+		t.Errorf("meta-1 term %d phases %v, want acquired, started, recovered, ended", t1, got)
+	}
+	seen.mu.Lock()
+	for _, e := range seen.evs {
+		if e.Replica == "meta-1" && e.Term == t1 && e.Phase == TermEnded && e.Reason != reasonStepDown {
+			t.Errorf("meta-1's term ended for %q, want %q", e.Reason, reasonStepDown)
+		}
+	}
+	seen.mu.Unlock()
+	if got := seen.of("meta-2", t2); !slices.Equal(got, []TermPhase{TermAcquired, TermStarted, TermRecovered}) {
+		t.Errorf("meta-2 term %d phases %v, want acquired, started, recovered", t2, got)
+	}
+}
+
+// Open refuses a lease bucket of another TTL with a *LeaseTTLError, so that
+// the caller can say how to fix it, and a replica without an ID at once.
+func TestOpenRefuses(t *testing.T) {
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Open(ctx, nc, Config{Cluster: "refuse"}); err == nil {
+		t.Error("Open without an ID: no error")
+	}
+	if _, err := Open(ctx, nc, Config{ID: "meta-1", Cluster: "refuse", LeaseTTL: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, nc, Config{ID: "meta-2", Cluster: "refuse", LeaseTTL: 5 * time.Second})
+	var te *LeaseTTLError
+	if !errors.As(err, &te) || te.Have != 2*time.Second || te.Want != 5*time.Second {
+		t.Errorf("Open with another lease TTL: %v, want a *LeaseTTLError 2s, 5s asked", err)
+	}
+}
