@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/termlog/termlog/natsserver"
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 // TestKVLeaseTTLIsTheClusters: OpenKVLease binds an existing lease bucket
@@ -16,16 +16,7 @@ import (
 // replica renewing by another period than the bucket's flaps or holds the
 // lease too long), and a TTL <= 0 is refused before anything is created.
 func TestKVLeaseTTLIsTheClusters(t *testing.T) {
-	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := testkit.NATS(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/testkit"
-	"github.com/termlog/termlog/natsserver"
 )
 
 // termLog records the OnTerm events of every replica.
@@ -48,11 +47,7 @@ func (l *termLog) of(replica string, term uint64) []TermPhase {
 // replica steps down; a second replica opened on the same buckets takes
 // the next term and reports the same phases.
 func TestOpenAndOnTerm(t *testing.T) {
-	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, _ := testkit.NATS(t)
 	var seen termLog
 	open := func(id string) (*Replica, func()) {
 		nc, err := srv.Connect()
@@ -125,16 +120,7 @@ func TestOpenAndOnTerm(t *testing.T) {
 // Open refuses a lease bucket of another TTL with a *LeaseTTLError, so that
 // the caller can say how to fix it, and a replica without an ID at once.
 func TestOpenRefuses(t *testing.T) {
-	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, nc := testkit.NATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := Open(ctx, nc, Config{Cluster: "refuse"}); err == nil {
@@ -143,7 +129,7 @@ func TestOpenRefuses(t *testing.T) {
 	if _, err := Open(ctx, nc, Config{ID: "meta-1", Cluster: "refuse", LeaseTTL: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(ctx, nc, Config{ID: "meta-2", Cluster: "refuse", LeaseTTL: 5 * time.Second})
+	_, err := Open(ctx, nc, Config{ID: "meta-2", Cluster: "refuse", LeaseTTL: 5 * time.Second})
 	var te *LeaseTTLError
 	if !errors.As(err, &te) || te.Have != 2*time.Second || te.Want != 5*time.Second {
 		t.Errorf("Open with another lease TTL: %v, want a *LeaseTTLError 2s, 5s asked", err)

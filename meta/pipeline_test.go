@@ -11,8 +11,8 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
-	"github.com/termlog/termlog/natsserver"
 )
 
 // gateLog is a log whose appends in flight the test steers: before the nth
@@ -110,16 +110,7 @@ func (g *gateLog) Watch(ctx context.Context, from uint64, fn func(events.Record)
 func pipelineLogs(t *testing.T, fn func(t *testing.T, log events.Log)) {
 	t.Run("MemLog", func(t *testing.T) { fn(t, events.NewMemLog()) })
 	t.Run("JetStream", func(t *testing.T) {
-		srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Shutdown)
-		nc, err := srv.Connect()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
+		_, nc := testkit.NATS(t)
 		l, err := natslog.Open(ctxT(t), nc, natslog.Config{})
 		if err != nil {
 			t.Fatal(err)

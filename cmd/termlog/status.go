@@ -160,7 +160,7 @@ func printStatus(w io.Writer, s Status) {
 	if s.TermLease != 0 {
 		term += fmt.Sprintf(" (lease rev %d)", s.TermLease)
 	}
-	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
+	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease holder %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
 	if si := s.FromSnapshot; si != nil {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
 	}

@@ -1,6 +1,7 @@
 // Package testkit is what the tests of every package share: polling a
 // condition with a deadline, free loopback ports, a test logger and a
-// generated event log. It is imported by _test.go files only.
+// generated event log, an embedded NATS server. It is imported by _test.go
+// files only.
 //
 // It imports events and events/eventgen, so the tests of those two
 // packages (and of projections, which eventgen imports) cannot use it.
@@ -15,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/eventgen"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // PollEvery is how often Eventually checks its condition: a polling
@@ -102,4 +105,21 @@ func MixLog(t testing.TB, n int) *events.MemLog {
 		t.Fatal(err)
 	}
 	return log
+}
+
+// NATS starts an embedded JetStream server in process (no port) on a
+// temporary dir and connects to it; both are closed when the test ends.
+func NATS(t testing.TB) (*natsserver.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return srv, nc
 }

@@ -2,13 +2,12 @@ package bench
 
 import (
 	"bytes"
-	"compress/gzip"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"runtime/pprof"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // labelKey is the pprof label that names who a goroutine works for: a
@@ -56,87 +55,16 @@ func measureCPU(wait func()) cpuUsage {
 	return u
 }
 
-// cpuByLabel sums the CPU time of a pprof CPU profile by the value of one
-// label. It reads the profile.proto wire format directly (sample_type,
-// sample, string_table), which is all it needs.
+// cpuByLabel sums the CPU time of a pprof CPU profile (gzipped
+// profile.proto, as runtime/pprof writes it) by the value of one label.
 func cpuByLabel(gz []byte, key string) (map[string]time.Duration, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		return nil, err
-	}
-	type label struct{ key, str int64 }
-	type sample struct {
-		values []int64
-		labels []label
-	}
-	var (
-		types   []int64 // string index of each sample type's name
-		samples []sample
-		strs    []string
-	)
-	err = fields(raw, func(num int, wire int, v uint64, b []byte) error {
-		switch num {
-		case 1: // sample_type: ValueType{type=1, unit=2}
-			var typ int64
-			if err := fields(b, func(n, _ int, v uint64, _ []byte) error {
-				if n == 1 {
-					typ = int64(v)
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			types = append(types, typ)
-		case 2: // sample: location_id=1, value=2, label=3
-			var s sample
-			if err := fields(b, func(n, w int, v uint64, b []byte) error {
-				switch n {
-				case 2:
-					if w == 2 {
-						return packed(b, func(x uint64) { s.values = append(s.values, int64(x)) })
-					}
-					s.values = append(s.values, int64(v))
-				case 3:
-					var l label
-					if err := fields(b, func(n, _ int, v uint64, _ []byte) error {
-						switch n {
-						case 1:
-							l.key = int64(v)
-						case 2:
-							l.str = int64(v)
-						}
-						return nil
-					}); err != nil {
-						return err
-					}
-					s.labels = append(s.labels, l)
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			samples = append(samples, s)
-		case 6: // string_table
-			strs = append(strs, string(b))
-		}
-		return nil
-	})
+	p, err := profile.Parse(bytes.NewReader(gz))
 	if err != nil {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
-	str := func(i int64) string {
-		if i < 0 || int(i) >= len(strs) {
-			return ""
-		}
-		return strs[i]
-	}
-	idx := len(types) - 1
-	for i, t := range types {
-		if str(t) == "cpu" {
+	idx := len(p.SampleType) - 1
+	for i, t := range p.SampleType {
+		if t.Type == "cpu" {
 			idx = i
 		}
 	}
@@ -144,77 +72,15 @@ func cpuByLabel(gz []byte, key string) (map[string]time.Duration, error) {
 		return nil, errors.New("cpu profile: no sample types")
 	}
 	out := map[string]time.Duration{}
-	for _, s := range samples {
-		if idx >= len(s.values) {
+	for _, s := range p.Sample {
+		if idx >= len(s.Value) {
 			continue
 		}
 		who := ""
-		for _, l := range s.labels {
-			if str(l.key) == key {
-				who = str(l.str)
-			}
+		if vs := s.Label[key]; len(vs) > 0 {
+			who = vs[0]
 		}
-		out[who] += time.Duration(s.values[idx])
+		out[who] += time.Duration(s.Value[idx])
 	}
 	return out, nil
 }
-
-// fields calls fn for every field of a protobuf message: v for varints and
-// fixed-size values, b for length-delimited ones.
-func fields(b []byte, fn func(num, wire int, v uint64, b []byte) error) error {
-	for len(b) > 0 {
-		tag, n := uvarint(b)
-		if n <= 0 {
-			return errors.New("bad tag")
-		}
-		b = b[n:]
-		num, wire := int(tag>>3), int(tag&7)
-		var v uint64
-		var sub []byte
-		switch wire {
-		case 0:
-			v, n = uvarint(b)
-			if n <= 0 {
-				return errors.New("bad varint")
-			}
-			b = b[n:]
-		case 1:
-			if len(b) < 8 {
-				return errors.New("short fixed64")
-			}
-			b = b[8:]
-		case 2:
-			l, n := uvarint(b)
-			if n <= 0 || uint64(len(b)-n) < l {
-				return errors.New("bad length")
-			}
-			sub = b[n : n+int(l)]
-			b = b[n+int(l):]
-		case 5:
-			if len(b) < 4 {
-				return errors.New("short fixed32")
-			}
-			b = b[4:]
-		default:
-			return fmt.Errorf("wire type %d", wire)
-		}
-		if err := fn(num, wire, v, sub); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func packed(b []byte, fn func(uint64)) error {
-	for len(b) > 0 {
-		v, n := uvarint(b)
-		if n <= 0 {
-			return errors.New("bad packed varint")
-		}
-		fn(v)
-		b = b[n:]
-	}
-	return nil
-}
-
-func uvarint(b []byte) (uint64, int) { return binary.Uvarint(b) }
