@@ -30,6 +30,7 @@ const (
 	CheckPanics   = "no-panic"
 	CheckRecovery = "recovery"
 	CheckHistory  = "history"
+	CheckExits    = "no-exit"
 )
 
 // LogContiguous checks an export: seqs run 1, 2, 3... with no gap,
@@ -59,14 +60,15 @@ func LogContiguous(evs []Event, replayCode int, replayOut string) []Violation {
 }
 
 // OneWriterPerTerm checks the terms of the log: every term is started by
-// a term.started of that term whose leader is its writer, terms only grow
-// along the log (an event of a lower term than the current one is a write
-// that got past the CAS fence), and each term has one writer.
+// a term.started of that term whose leader is its writer and whose lease
+// revision is newer than the term before's, terms only grow along the log
+// (an event of a lower term than the current one is a write that got past
+// the CAS fence), and each term has one writer.
 func OneWriterPerTerm(evs []Event) []Violation {
 	var out []Violation
 	bad := func(f string, a ...any) { out = append(out, Violation{CheckTerms, fmt.Sprintf(f, a...)}) }
 	writer := map[uint64]string{}
-	var cur uint64
+	var cur, lease uint64
 	for _, e := range evs {
 		if e.Raw != "" {
 			continue
@@ -80,6 +82,7 @@ func OneWriterPerTerm(evs []Event) []Violation {
 			var d struct {
 				Term   uint64 `json:"term"`
 				Leader string `json:"leader"`
+				Lease  uint64 `json:"lease"`
 			}
 			if err := json.Unmarshal(e.Data, &d); err != nil {
 				bad("seq %d: term.started data: %v", e.Seq, err)
@@ -92,7 +95,14 @@ func OneWriterPerTerm(evs []Event) []Violation {
 				bad("seq %d: term %d started after term %d", e.Seq, e.Term, cur)
 				continue
 			}
-			cur = e.Term
+			// The lease revision is the fencing token: a term started under
+			// a lease no newer than the current term's is a lapsed holder's,
+			// which the projection rejects (it starts nothing).
+			if lease != 0 && d.Lease <= lease {
+				bad("seq %d: term.started of term %d by %s under lease %d, not newer than term %d's lease %d", e.Seq, e.Term, e.Writer, d.Lease, cur, lease)
+				continue
+			}
+			cur, lease = e.Term, d.Lease
 			continue
 		}
 		switch {
@@ -267,6 +277,18 @@ func NoPanics(logs map[string]string) []Violation {
 				out = append(out, Violation{CheckPanics, fmt.Sprintf("%s line %d: %.300s", name, i+1, line)})
 				break
 			}
+		}
+	}
+	return out
+}
+
+// NoExits checks that no process ended without the harness asking
+// (exits: process name -> how each such run ended).
+func NoExits(exits map[string][]string) []Violation {
+	var out []Violation
+	for _, name := range sortedKeys(exits) {
+		for _, e := range exits[name] {
+			out = append(out, Violation{CheckExits, name + ": " + e})
 		}
 	}
 	return out

@@ -85,6 +85,18 @@ func TestOneWriterPerTerm(t *testing.T) {
 	early = append(early, Event{Seq: last.Seq + 1, Term: 12, Writer: "meta-2", Type: "worker.expired", Data: json.RawMessage(`{"id":1,"epoch":2}`)})
 	wantViolation(t, "an event before its term started", OneWriterPerTerm(early), CheckTerms, "of term 12 by meta-2 before term 12 started")
 
+	leased := append([]Event(nil), evs...)
+	leased = append(leased,
+		Event{Seq: last.Seq + 1, Term: 12, Writer: "meta-2", Type: "term.started", Data: json.RawMessage(`{"term":12,"leader":"meta-2","lease":40}`)},
+		Event{Seq: last.Seq + 2, Term: 13, Writer: "meta-3", Type: "term.started", Data: json.RawMessage(`{"term":13,"leader":"meta-3","lease":44}`)})
+	wantClean(t, "leases growing", OneWriterPerTerm(leased))
+	lapsed := append(leased[:len(leased):len(leased)],
+		Event{Seq: last.Seq + 3, Term: 14, Writer: "meta-2", Type: "term.started", Data: json.RawMessage(`{"term":14,"leader":"meta-2","lease":40}`)},
+		Event{Seq: last.Seq + 4, Term: 14, Writer: "meta-2", Type: "worker.expired", Data: json.RawMessage(`{"id":1,"epoch":2}`)})
+	v := OneWriterPerTerm(lapsed)
+	wantViolation(t, "a lapsed lease holder's term", v, CheckTerms, "term.started of term 14 by meta-2 under lease 40, not newer than term 13's lease 44")
+	wantViolation(t, "a lapsed lease holder's write", v, CheckTerms, "worker.expired of term 14 by meta-2 before term 14 started")
+
 	forged := append([]Event(nil), evs...)
 	forged[20].Data = json.RawMessage(`{"term":5,"leader":"meta-2"}`)
 	wantViolation(t, "term.started naming another leader", OneWriterPerTerm(forged), CheckTerms, "term.started of term 5 by meta-2 is stamped term 5 by meta-1")
@@ -209,6 +221,12 @@ func TestNoPanics(t *testing.T) {
 		logs := map[string]string{"meta-1": clean["meta-1"], "worker-2": "{}\n" + line + "\ngoroutine 1 [running]:\n"}
 		wantViolation(t, line, NoPanics(logs), CheckPanics, "worker-2 line 2: "+line)
 	}
+}
+
+func TestNoExits(t *testing.T) {
+	wantClean(t, "none", NoExits(nil))
+	wantViolation(t, "a store that gave up", NoExits(map[string][]string{"store-2": {"pid 4242 exited by itself at 2026-12-01T12:00:00Z: exit status 1"}}),
+		CheckExits, "store-2: pid 4242 exited by itself")
 }
 
 func TestRecovered(t *testing.T) {

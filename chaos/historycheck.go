@@ -35,12 +35,15 @@ func ToHistory(ops []Op) []history.Op {
 	}
 	out := make([]history.Op, 0, len(ops))
 	for _, op := range ops {
-		if op.Done && refused[op.Outcome] {
+		done := op.Done || !op.Return.IsZero() // an operation with a return time has returned
+		if done && refused[op.Outcome] {
 			continue
 		}
-		h := history.Op{Client: op.Client, Call: op.Invoke.Sub(base), Done: op.Done}
-		if op.Done {
+		h := history.Op{Client: op.Client, Call: op.Invoke.Sub(base), Done: done}
+		if done {
 			h.Return = op.Return.Sub(base)
+		} else {
+			op.Outcome = OutcomeUnknown
 		}
 		switch op.Outcome {
 		case OutcomeOK:

@@ -88,6 +88,7 @@ func (p *Probe) Run(ctx context.Context) {
 		p.nc.Close()
 	}()
 	incarnation := p.newIncarnation()
+	activated := false
 	for ctx.Err() == nil {
 		ref := p.Ref()
 		if ref.ID == 0 {
@@ -97,9 +98,23 @@ func (p *Probe) Run(ctx context.Context) {
 				p.mu.Lock()
 				p.ref = client.WorkerRef{ID: rep.ID, Epoch: rep.Epoch, Incarnation: incarnation}
 				p.mu.Unlock()
-				p.call(ctx, OpActivate, client.RPCActivate, p.Ref(), refOp(p.Ref(), p.Endpoint))
+				activated = false
+				continue
 			}
 			p.sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		if !activated {
+			// Until an activate is acknowledged (as client.Worker retries it).
+			op, _ := p.call(ctx, OpActivate, client.RPCActivate, ref, refOp(ref, p.Endpoint))
+			switch op.Outcome {
+			case OutcomeOK:
+				activated = true
+			case client.CodeReregister:
+				p.forget(ref)
+			default:
+				p.sleep(ctx, 200*time.Millisecond)
+			}
 			continue
 		}
 		p.sleep(ctx, 300*time.Millisecond+time.Duration(p.rng.Int64N(int64(400*time.Millisecond))))

@@ -26,6 +26,8 @@ type Proc struct {
 	paused  bool
 	starts  int
 	logFile *os.File
+	ending  bool     // the harness signalled the current run to end
+	unasked []string // runs that ended without the harness asking: how each ended
 }
 
 // Start runs the process. It is an error to start a running process.
@@ -52,11 +54,17 @@ func (p *Proc) Start() error {
 	p.starts++
 	fmt.Fprintf(f, "=== chaos: start %d of %s, pid %d, at %s: %s %v\n", p.starts, p.Name, cmd.Process.Pid, time.Now().UTC().Format(time.RFC3339Nano), p.Bin, p.Args)
 	done := make(chan struct{})
-	p.cmd, p.done, p.paused, p.logFile = cmd, done, false, f
+	p.cmd, p.done, p.paused, p.logFile, p.ending = cmd, done, false, f, false
 	go func() {
 		err := cmd.Wait()
-		fmt.Fprintf(f, "=== chaos: %s pid %d exited at %s: %v\n", p.Name, cmd.Process.Pid, time.Now().UTC().Format(time.RFC3339Nano), err)
+		at := time.Now().UTC().Format(time.RFC3339Nano)
+		fmt.Fprintf(f, "=== chaos: %s pid %d exited at %s: %v\n", p.Name, cmd.Process.Pid, at, err)
 		f.Close()
+		p.mu.Lock()
+		if !p.ending {
+			p.unasked = append(p.unasked, fmt.Sprintf("pid %d exited by itself at %s: %v", cmd.Process.Pid, at, err))
+		}
+		p.mu.Unlock()
 		close(done)
 	}()
 	return nil
@@ -121,6 +129,11 @@ func (p *Proc) end(sig syscall.Signal, within time.Duration) error {
 	if cmd == nil {
 		return nil
 	}
+	p.mu.Lock()
+	if p.cmd == cmd {
+		p.ending = true
+	}
+	p.mu.Unlock()
 	if sig != syscall.SIGKILL {
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 	}
@@ -181,4 +194,15 @@ func (p *Proc) Starts() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.starts
+}
+
+// Unasked returns, and forgets, how each run that ended without the
+// harness asking ended (a role that exits by itself is a failure: roles
+// wait for NATS and retry; they never give up on their own).
+func (p *Proc) Unasked() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.unasked
+	p.unasked = nil
+	return out
 }

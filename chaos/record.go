@@ -88,6 +88,16 @@ func (l *OpLog) Invoke(op Op) func(Op) {
 	}
 }
 
+// Record adds an operation that has returned, with the Invoke and Return
+// times its caller measured (for callers that time the operation
+// themselves, like the partition scenarios' status reads).
+func (l *OpLog) Record(op Op) {
+	op.Done = true
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.mu.Unlock()
+}
+
 // Ops returns a copy of the operations recorded so far (pending ones with
 // Done false).
 func (l *OpLog) Ops() []Op {

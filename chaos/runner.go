@@ -422,7 +422,7 @@ func (r *Runner) Run(ctx context.Context, s Schedule, index int, dir string) Res
 		res.Violations = append(res.Violations, Violation{"runner", "heal: " + err.Error()})
 	}
 	if len(restarted) > 0 {
-		l.add("heal: started %v (exited by themselves? see their logs)", restarted)
+		l.add("heal: started %v", restarted)
 	} else {
 		l.add("heal: every process runs")
 	}
@@ -483,5 +483,12 @@ func (r *Runner) check(ctx context.Context, dir string) []Violation {
 		logs[p.Name] = string(b)
 	}
 	out = append(out, NoPanics(logs)...)
+	exits := map[string][]string{}
+	for _, p := range r.C.All() {
+		if e := p.Unasked(); len(e) > 0 {
+			exits[p.Name] = e
+		}
+	}
+	out = append(out, NoExits(exits)...)
 	return out
 }
