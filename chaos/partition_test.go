@@ -632,7 +632,7 @@ func natsNodeCut(ctx context.Context, c *pcluster) {
 		}
 	}
 	cutAt := time.Now()
-	took := c.waitFor("a meta leader on the majority side", 30*time.Second, func(ctx context.Context) (bool, string) {
+	took := c.waitFor("a meta leader on the majority side", 60*time.Second, func(ctx context.Context) (bool, string) {
 		invoked := time.Now()
 		s, _, err := c.status(ctx)
 		if err != nil {
