@@ -581,7 +581,7 @@ func TestPartitions(t *testing.T) {
 		t.Skip("starts clusters of separate processes in network namespaces")
 	}
 	if err := netns.Available(); err != nil {
-		t.Skip("skipping the partition scenarios: ", err)
+		t.Skipf("skipping the partition scenarios: %v", err)
 	}
 	bin := binary(t, t.TempDir())
 	type scenario struct {
