@@ -48,6 +48,7 @@ var (
 	dStoreChanges   = desc("store_config_changes_total", "Config changes this store executed, by outcome.", "store", "outcome")
 	dStoreRunning   = desc("store_replicas_running", "Replicas running in this store's NodeHost.", "store")
 	dStoreRefused   = desc("store_replicas_refused", "Persisted replicas the reconciler refused to start (zombies).", "store")
+	dStoreReplica   = desc("store_replica_running", "1 for each replica running in this store's NodeHost (the chaos suite checks each against the projection).", "store", "shard", "replica")
 	dWorkerResets   = desc("worker_control_session_resets_total", "Control sessions reset by a newer one.", "endpoint")
 	dWorkerSessions = desc("worker_control_sessions_total", "Control sessions accepted.", "endpoint")
 	dWorkerActive   = desc("worker_registered", "1 while the worker holds a registration.", "endpoint")
@@ -127,7 +128,11 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 	for outcome, n := range c.s.ConfigChanges() {
 		ch <- prometheus.MustNewConstMetric(dStoreChanges, prometheus.CounterValue, float64(n), id, outcome)
 	}
-	ch <- prometheus.MustNewConstMetric(dStoreRunning, prometheus.GaugeValue, float64(len(c.s.Host().ShardInfos())), id)
+	infos := c.s.Host().ShardInfos()
+	ch <- prometheus.MustNewConstMetric(dStoreRunning, prometheus.GaugeValue, float64(len(infos)), id)
+	for _, si := range infos {
+		ch <- prometheus.MustNewConstMetric(dStoreReplica, prometheus.GaugeValue, 1, id, strconv.FormatUint(si.Shard, 10), strconv.FormatUint(si.Replica, 10))
+	}
 	ch <- prometheus.MustNewConstMetric(dStoreRefused, prometheus.GaugeValue, float64(len(c.s.Reconciler().Skipped())), id)
 }
 

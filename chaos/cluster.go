@@ -1,0 +1,241 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Topology is the NATS side of a cluster.
+type Topology string
+
+const (
+	Standalone Topology = "standalone" // one NATS server, R1 stream
+	R3         Topology = "r3"         // three NATS nodes, R3 stream and lease
+)
+
+// ParseTopology accepts standalone, r3, or both ("" or "both").
+func ParseTopology(s string) ([]Topology, error) {
+	switch strings.ToLower(s) {
+	case "standalone":
+		return []Topology{Standalone}, nil
+	case "r3":
+		return []Topology{R3}, nil
+	case "", "both":
+		return []Topology{Standalone, R3}, nil
+	}
+	return nil, fmt.Errorf("topology %q: want standalone, r3 or both", s)
+}
+
+// Config is one cluster of separate processes on 127.0.0.1.
+type Config struct {
+	Bin      string   // the built termlog binary
+	Dir      string   // data dirs, keys and logs of this cluster
+	Topology Topology // standalone or r3
+	Metas    int      // meta replicas (3)
+	Workers  int      // `worker run` processes
+	Stores   int      // log stores (3)
+	Shards   int      // Raft shards the scheduler keeps
+
+	Lease         time.Duration
+	WorkerTimeout time.Duration
+	StoreTimeout  time.Duration
+}
+
+// DefaultConfig is the short-lease cluster the suite runs.
+func DefaultConfig(bin, dir string, top Topology) Config {
+	return Config{Bin: bin, Dir: dir, Topology: top, Metas: 3, Workers: 3, Stores: 3, Shards: 2,
+		Lease: 2 * time.Second, WorkerTimeout: 3 * time.Second, StoreTimeout: 3 * time.Second}
+}
+
+// Cluster is the running processes of one Config.
+type Cluster struct {
+	Cfg     Config
+	Auth    string
+	NATS    []*Proc
+	Metas   []*Proc
+	Workers []*Proc
+	Stores  []*Proc
+
+	URLs      []string          // client URLs of the NATS nodes
+	Endpoints map[string]string // worker proc name -> its endpoint
+	StoreIDs  map[string]string // store proc name -> store id
+	Metrics   map[string]string // proc name -> metrics host:port
+	natsPorts []int
+	env       []string
+}
+
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var out []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+// NewCluster lays out a cluster: keys, ports, dirs and the processes'
+// command lines. Nothing runs until Start.
+func NewCluster(ctx context.Context, cfg Config) (*Cluster, error) {
+	c := &Cluster{Cfg: cfg, Endpoints: map[string]string{}, StoreIDs: map[string]string{}, Metrics: map[string]string{}}
+	logs := filepath.Join(cfg.Dir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, err
+	}
+	c.Auth = filepath.Join(cfg.Dir, "auth")
+	if out, err := exec.CommandContext(ctx, cfg.Bin, "auth", "init", "--dir", c.Auth).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("auth init: %v\n%s", err, out)
+	}
+	nodes := 1
+	if cfg.Topology == R3 {
+		nodes = 3
+	}
+	ports, err := freePorts(2*nodes + cfg.Metas + 2*cfg.Workers + 2*cfg.Stores)
+	if err != nil {
+		return nil, err
+	}
+	next := func() int { p := ports[0]; ports = ports[1:]; return p }
+	replicas := "1"
+	if cfg.Topology == R3 {
+		replicas = "3"
+	}
+	var routes []string
+	clusterPorts := make([]int, nodes)
+	for i := range nodes {
+		c.natsPorts = append(c.natsPorts, next())
+		clusterPorts[i] = next()
+		c.URLs = append(c.URLs, fmt.Sprintf("nats://127.0.0.1:%d", c.natsPorts[i]))
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i]))
+	}
+	c.env = []string{
+		"TERMLOG_NATS=" + strings.Join(c.URLs, ","),
+		"TERMLOG_AUTH_DIR=" + c.Auth,
+		"TERMLOG_REPLICAS=" + replicas,
+		"TERMLOG_LOG_FORMAT=json",
+		"TERMLOG_FAILPOINTS=",
+		"GOTRACEBACK=all",
+	}
+	proc := func(name string, args ...string) *Proc {
+		return &Proc{Name: name, Bin: cfg.Bin, Args: args, Env: c.env, LogPath: filepath.Join(logs, name+".log")}
+	}
+	for i := range nodes {
+		name := fmt.Sprintf("nats-%d", i+1)
+		args := []string{"nats", "--port", fmt.Sprint(c.natsPorts[i]), "--data", filepath.Join(cfg.Dir, name), "--auth-dir", c.Auth}
+		if cfg.Topology == R3 {
+			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(clusterPorts[i]), "--routes", strings.Join(routes, ","))
+		}
+		c.NATS = append(c.NATS, proc(name, args...))
+	}
+	for i := range cfg.Metas {
+		name := fmt.Sprintf("meta-%d", i+1)
+		m := fmt.Sprintf("127.0.0.1:%d", next())
+		c.Metrics[name] = m
+		c.Metas = append(c.Metas, proc(name, "meta", "run", "--id", name, "--shards", fmt.Sprint(cfg.Shards),
+			"--lease", cfg.Lease.String(), "--worker-timeout", cfg.WorkerTimeout.String(), "--store-timeout", cfg.StoreTimeout.String(),
+			"--metrics-addr", m))
+	}
+	for i := range cfg.Workers {
+		name := fmt.Sprintf("worker-%d", i+1)
+		ep := fmt.Sprintf("127.0.0.1:%d", next())
+		m := fmt.Sprintf("127.0.0.1:%d", next())
+		c.Endpoints[name], c.Metrics[name] = ep, m
+		c.Workers = append(c.Workers, proc(name, "worker", "run", "--endpoint", ep, "--metrics-addr", m))
+	}
+	for i := range cfg.Stores {
+		name := fmt.Sprintf("store-%d", i+1)
+		raft := fmt.Sprintf("127.0.0.1:%d", next())
+		m := fmt.Sprintf("127.0.0.1:%d", next())
+		c.StoreIDs[name], c.Metrics[name] = name, m
+		c.Stores = append(c.Stores, proc(name, "logstore", "--id", name, "--raft-addr", raft, "--data", filepath.Join(cfg.Dir, name),
+			"--metrics-addr", m))
+	}
+	return c, nil
+}
+
+// Env is what a command run against the cluster needs (NATS URLs, keys,
+// replicas, JSON logs).
+func (c *Cluster) Env() []string { return c.env }
+
+// LogDir is where every process logs.
+func (c *Cluster) LogDir() string { return filepath.Join(c.Cfg.Dir, "logs") }
+
+// All is every process, NATS first.
+func (c *Cluster) All() []*Proc {
+	var out []*Proc
+	for _, g := range [][]*Proc{c.NATS, c.Metas, c.Workers, c.Stores} {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// Start starts every process (roles wait for NATS by themselves).
+func (c *Cluster) Start() error {
+	for _, p := range c.All() {
+		if err := p.Start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Heal resumes every paused process and starts every one that is not
+// running (killed, or exited by itself: that exit is in its log).
+func (c *Cluster) Heal() (restarted []string, err error) {
+	for _, p := range c.All() {
+		if p.Paused() {
+			if err := p.Resume(); err != nil {
+				return restarted, err
+			}
+		}
+		if !p.Running() {
+			p.Reap()
+			if err := p.Start(); err != nil {
+				return restarted, err
+			}
+			restarted = append(restarted, p.Name)
+		}
+	}
+	return restarted, nil
+}
+
+// Stop ends every process: roles with SIGTERM first (workers deregister,
+// stores drain), NATS last.
+func (c *Cluster) Stop() {
+	for _, g := range [][]*Proc{c.Workers, c.Stores, c.Metas, c.NATS} {
+		done := make(chan struct{}, len(g))
+		for _, p := range g {
+			go func() {
+				_ = p.Term(5 * time.Second)
+				done <- struct{}{}
+			}()
+		}
+		for range g {
+			<-done
+		}
+	}
+}
+
+// Proc returns the process named name (nil: none).
+func (c *Cluster) Proc(name string) *Proc {
+	for _, p := range c.All() {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Fault is a kind of fault a schedule injects.
+type Fault string
+
+const (
+	// MetaLeaderKill SIGKILLs the meta leader and starts it again after
+	// Hold (longer than the lease): another replica must take over.
+	MetaLeaderKill Fault = "meta-leader-kill"
+	// MetaLeaderPause SIGSTOPs the meta leader for Hold, past its lease,
+	// then SIGCONTs it: the first report's paused leader, which wakes up
+	// believing it still leads.
+	MetaLeaderPause Fault = "meta-leader-pause"
+	// WorkerKill SIGKILLs a worker and starts it again at the same
+	// endpoint after Hold (sometimes before, sometimes after its expiry).
+	WorkerKill Fault = "worker-kill-restart"
+	// StoreRapidRestart SIGKILLs a store and starts it again at once,
+	// Repeat times, Hold apart.
+	StoreRapidRestart Fault = "store-rapid-restart"
+	// StoreReplaced SIGKILLs a store and keeps it down past the store
+	// timeout until the leader replaces its replicas, starts it, and
+	// SIGKILLs it again Hold after that, during its replacement (the
+	// second report), then starts it for good.
+	StoreReplaced Fault = "store-down-replaced"
+	// NATSKill SIGKILLs a NATS node (on R3 one of three; standalone, the
+	// only server) and starts it again after Hold.
+	NATSKill Fault = "nats-kill"
+)
+
+// Faults is every kind, in a fixed order (for counts).
+var Faults = []Fault{MetaLeaderKill, MetaLeaderPause, WorkerKill, StoreRapidRestart, StoreReplaced, NATSKill}
+
+// Step is one fault of a schedule.
+type Step struct {
+	At     time.Duration // after the schedule's start
+	Fault  Fault
+	Target int           // index of the worker, store or NATS node (the meta leader is found when the step runs)
+	Hold   time.Duration // how long the fault lasts (see each Fault)
+	Repeat int           // StoreRapidRestart: restarts in a row
+}
+
+func (s Step) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "+%s %s", s.At.Round(time.Millisecond), s.Fault)
+	switch s.Fault {
+	case WorkerKill:
+		fmt.Fprintf(&b, " worker-%d", s.Target+1)
+	case StoreRapidRestart, StoreReplaced:
+		fmt.Fprintf(&b, " store-%d", s.Target+1)
+	case NATSKill:
+		fmt.Fprintf(&b, " nats-%d", s.Target+1)
+	}
+	fmt.Fprintf(&b, " hold %s", s.Hold.Round(time.Millisecond))
+	if s.Repeat > 0 {
+		fmt.Fprintf(&b, " x%d", s.Repeat)
+	}
+	return b.String()
+}
+
+// Schedule is a seeded list of faults. The same seed, topology and config
+// always give the same schedule.
+type Schedule struct {
+	Seed     uint64
+	Topology Topology
+	Steps    []Step
+}
+
+func (s Schedule) String() string {
+	parts := make([]string, len(s.Steps))
+	for i, st := range s.Steps {
+		parts[i] = st.String()
+	}
+	return fmt.Sprintf("seed %d %s: %s", s.Seed, s.Topology, strings.Join(parts, "; "))
+}
+
+// Generate draws a schedule of 1 to 3 faults from seed: each fault starts
+// 0-3 s after the one before, so their effects overlap (a worker killed
+// while the leader is paused, a store restarted while NATS elects).
+func Generate(seed uint64, cfg Config) Schedule {
+	// Neighbouring seeds (a run's schedules are seed, seed+1, ...) must not
+	// give neighbouring streams: mix the seed and the topology first.
+	h := splitmix(seed ^ splitmix(uint64(len(cfg.Topology))*0x100000001b3+uint64(cfg.Topology[0])))
+	r := rand.New(rand.NewPCG(h, splitmix(h)))
+	s := Schedule{Seed: seed, Topology: cfg.Topology}
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
+	}
+	n := 1 + r.IntN(3)
+	var at time.Duration
+	for i := range n {
+		if i > 0 {
+			at += between(0, 3*time.Second)
+		}
+		st := Step{At: at, Fault: Faults[r.IntN(len(Faults))]}
+		switch st.Fault {
+		case MetaLeaderKill:
+			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
+		case MetaLeaderPause:
+			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
+		case WorkerKill:
+			st.Target = r.IntN(cfg.Workers)
+			st.Hold = between(0, cfg.WorkerTimeout*2)
+		case StoreRapidRestart:
+			st.Target = r.IntN(cfg.Stores)
+			st.Hold = between(100*time.Millisecond, time.Second)
+			st.Repeat = 2 + r.IntN(3)
+		case StoreReplaced:
+			st.Target = r.IntN(cfg.Stores)
+			st.Hold = between(0, 2*time.Second)
+		case NATSKill:
+			if cfg.Topology == R3 {
+				st.Target = r.IntN(3)
+			}
+			st.Hold = between(200*time.Millisecond, 3*time.Second)
+		}
+		s.Steps = append(s.Steps, st)
+	}
+	return s
+}
+
+// splitmix is SplitMix64's finaliser: a bijective mix of 64 bits.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
