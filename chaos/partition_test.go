@@ -74,19 +74,13 @@ func (c *pcluster) proc(name string) *Proc {
 	return nil
 }
 
-// newPCluster builds the net and starts every role; t.Cleanup stops them
-// and tears the net down (also when the test fails half-way).
-func newPCluster(t *testing.T, top Topology) *pcluster {
+// newPCluster builds the net and starts every role of bin; t.Cleanup
+// stops them and tears the net down (also when the test fails half-way).
+// The caller checks netns.Available first.
+func newPCluster(t *testing.T, top Topology, bin string) *pcluster {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a cluster of separate processes in network namespaces")
-	}
-	if err := netns.Available(); err != nil {
-		t.Skip("skipping the partition scenarios: ", err)
-	}
 	dir := t.TempDir()
-	c := &pcluster{t: t, dir: dir, nodes: map[string]*netns.Node{}, ops: &OpLog{}, stopProbes: func() {}}
-	c.bin = binary(t, dir)
+	c := &pcluster{t: t, bin: bin, dir: dir, nodes: map[string]*netns.Node{}, ops: &OpLog{}, stopProbes: func() {}}
 	ctx := context.Background()
 	var err error
 	if c.net, err = netns.New(ctx); err != nil {
@@ -305,9 +299,8 @@ func (c *pcluster) run(ctx context.Context, args ...string) (stdout, stderr stri
 // status reads `status -o json` from the client namespace and records the
 // read in the history (exit 0 healthy, 1 degraded: both reads).
 func (c *pcluster) status(ctx context.Context) (Status, int, error) {
-	op := Op{Client: "status", Kind: OpStatus, Invoke: time.Now()}
+	returned := c.ops.Invoke(Op{Client: "status", Kind: OpStatus})
 	out, errOut, code, err := c.run(ctx, "status", "-o", "json", "--timeout", "3s")
-	op.Return = time.Now()
 	if err == nil && code != 0 && code != 1 {
 		err = fmt.Errorf("status exit %d: %s", code, strings.TrimSpace(errOut))
 	}
@@ -316,10 +309,11 @@ func (c *pcluster) status(ctx context.Context) (Status, int, error) {
 		err = json.Unmarshal([]byte(out), &st)
 	}
 	if err != nil {
-		return Status{}, code, err // a failed read: no output, nothing to check
+		// A failed read: no output, so nothing to check.
+		returned(Op{Client: "status", Kind: OpStatus, Outcome: OutcomeUnknown})
+		return Status{}, code, err
 	}
-	op.Outcome, op.Seq, op.Workers = OutcomeOK, st.Seq, st.Workers
-	c.ops.Record(op)
+	returned(Op{Client: "status", Kind: OpStatus, Outcome: OutcomeOK, Seq: st.Seq, Workers: st.Workers})
 	return st, code, nil
 }
 
@@ -432,14 +426,22 @@ func (c *pcluster) findLog(name string, since time.Time, f func(logLine) bool) (
 // checkStream exports the stream and checks it from the outside: seqs
 // contiguous, `replay --check` clean, one writer per term and no event of
 // an older term after a newer term started, no config change without a
-// quorum; and the recorded status reads are linearizable.
+// quorum, no panic or race report in any role's log; and the recorded
+// history (probes' RPCs, status reads) is linearizable.
 func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 	c.t.Helper()
 	path := filepath.Join(c.dir, label+".jsonl")
-	_, errOut, code, err := c.run(ctx, "replay", "export", "--out", path, "--timeout", "10s")
-	if err != nil || code != 0 {
-		c.t.Fatalf("replay export: exit %d %v: %s", code, err, errOut)
-	}
+	// Right after a heal a rejoining NATS node may still answer 503
+	// (JetStream temporarily unavailable) and the CLI does not move on to
+	// another server: ask again for a while.
+	c.waitFor("replay export", 60*time.Second, func(ctx context.Context) (bool, string) {
+		_, errOut, code, err := c.run(ctx, "replay", "export", "--out", path, "--timeout", "10s")
+		if err != nil || code != 0 {
+			c.t.Logf("replay export: exit %d %v: %.300s", code, err, strings.TrimSpace(errOut))
+			return false, fmt.Sprintf("exit %d %v: %s", code, err, errOut)
+		}
+		return true, ""
+	})
 	f, err := os.Open(path)
 	if err != nil {
 		c.t.Fatal(err)
@@ -454,12 +456,18 @@ func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 		c.t.Fatal(err)
 	}
 	vs := append(LogContiguous(evs, code, out+errOut), OneWriterPerTerm(evs)...)
+	logs := map[string]string{}
+	for _, p := range c.procs {
+		b, _ := os.ReadFile(p.LogPath)
+		logs[p.Name] = string(b)
+	}
+	vs = append(vs, NoPanics(logs)...)
 	qv, err := quorumKept(path)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	vs = append(vs, qv...)
-	h := toHistory(c.ops.Ops())
+	h := ToHistory(c.ops.Ops())
 	if _, err := history.Check(h, history.Options{WorkerTimeout: pWorkerTimeout, Dir: filepath.Join(c.dir, label+"-history"), Timeout: time.Minute}); err != nil {
 		vs = append(vs, Violation{CheckHistory, err.Error()})
 	}
@@ -569,27 +577,39 @@ func storeStates(st *projections.State) string {
 // (standalone NATS, and three NATS nodes with R3 stream and lease), one
 // after the other; each heals and must converge before the next.
 func TestPartitions(t *testing.T) {
-	for _, top := range []Topology{Standalone, R3} {
-		t.Run(string(top), func(t *testing.T) {
-			c := newPCluster(t, top)
+	if testing.Short() {
+		t.Skip("starts clusters of separate processes in network namespaces")
+	}
+	if err := netns.Available(); err != nil {
+		t.Skipf("skipping the partition scenarios: %v", err)
+	}
+	bin := binary(t, t.TempDir())
+	type scenario struct {
+		name string
+		run  func(context.Context, *pcluster)
+	}
+	// The store scenarios are about the stores' links; they run on the
+	// standalone cluster only (the R3 one adds the NATS node's cut).
+	for _, top := range []struct {
+		top       Topology
+		scenarios []scenario
+	}{
+		{Standalone, []scenario{
+			{"meta leader cut from NATS", metaLeaderCut},
+			{"store cut from NATS", storeCutFromNATS},
+			{"store cut from its Raft peers", storeCutFromPeers},
+		}},
+		{R3, []scenario{
+			{"meta leader cut from NATS", metaLeaderCut},
+			{"NATS node cut from its peers", natsNodeCut},
+		}},
+	} {
+		t.Run(string(top.top), func(t *testing.T) {
+			c := newPCluster(t, top.top, bin)
 			ctx := context.Background()
 			st, took := c.waitHealthy(120 * time.Second)
-			t.Logf("%s cluster healthy %.1fs after start: term %d, leader %s, seq %d", top, took.Seconds(), st.Term, st.Leader, st.Seq)
-			scenarios := []struct {
-				name string
-				run  func(context.Context, *pcluster)
-			}{
-				{"meta leader cut from NATS", metaLeaderCut},
-				{"store cut from NATS", storeCutFromNATS},
-				{"store cut from its Raft peers", storeCutFromPeers},
-			}
-			if top == R3 {
-				scenarios = append(scenarios, struct {
-					name string
-					run  func(context.Context, *pcluster)
-				}{"NATS node cut from its peers", natsNodeCut})
-			}
-			for _, sc := range scenarios {
+			t.Logf("%s cluster healthy %.1fs after start: term %d, leader %s, seq %d", top.top, took.Seconds(), st.Term, st.Leader, st.Seq)
+			for _, sc := range top.scenarios {
 				if !t.Run(sc.name, func(t *testing.T) { c.t = t; sc.run(ctx, c) }) {
 					return
 				}
@@ -612,7 +632,7 @@ func natsNodeCut(ctx context.Context, c *pcluster) {
 		}
 	}
 	cutAt := time.Now()
-	took := c.waitFor("a meta leader on the majority side", 30*time.Second, func(ctx context.Context) (bool, string) {
+	took := c.waitFor("a meta leader on the majority side", 60*time.Second, func(ctx context.Context) (bool, string) {
 		invoked := time.Now()
 		s, _, err := c.status(ctx)
 		if err != nil {

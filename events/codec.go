@@ -66,12 +66,30 @@ type line struct {
 }
 
 // Encode returns the body of an event as stored in the stream (no seq).
+// A sealed event's body is returned as Seal made it, not encoded again.
 func Encode(ev Event) ([]byte, error) {
+	if ev.body != nil {
+		return ev.body, nil
+	}
 	env, err := toEnvelope(ev)
 	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(env)
+}
+
+// Seal encodes ev once: it returns ev carrying its body, which Encode (and
+// so every Log's Append) then returns without encoding it again, and the
+// body. The caller must not change the sealed event's fields (other than
+// Seq, which is not encoded) nor the body.
+func Seal(ev Event) (Event, []byte, error) {
+	ev.body = nil
+	b, err := Encode(ev)
+	if err != nil {
+		return ev, nil, err
+	}
+	ev.body = b
+	return ev, b, nil
 }
 
 // EncodeLine returns one JSONL export line for ev, seq included, without the

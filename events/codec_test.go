@@ -270,3 +270,25 @@ func BenchmarkDecodeTwoPass(b *testing.B) {
 		}
 	}
 }
+
+// Seal encodes once: Encode of the sealed event returns Seal's body (the
+// same bytes, not a new encoding), which decodes to the event.
+func TestSealEncodesOnce(t *testing.T) {
+	ev := Event{Term: 3, Writer: "meta-1", At: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC), Data: WorkerExpired{ID: 4, Epoch: 9}}
+	sealed, body, err := Seal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Encode(sealed)
+	if err != nil || &again[0] != &body[0] {
+		t.Fatalf("Encode of a sealed event encoded it again (err %v)", err)
+	}
+	plain, err := Encode(ev)
+	if err != nil || string(plain) != string(body) {
+		t.Fatalf("sealed body %s, plain encoding %s (err %v)", body, plain, err)
+	}
+	got, err := Decode(7, body)
+	if err != nil || got.Term != 3 || got.Writer != "meta-1" || got.Data != (WorkerExpired{ID: 4, Epoch: 9}) {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+}

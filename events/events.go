@@ -43,6 +43,9 @@ type Event struct {
 	Writer string
 	At     time.Time
 	Data   Payload
+
+	// body is the encoding Seal made; Encode returns it as it is.
+	body []byte
 }
 
 // Type is the kind of the event's payload ("" when it has none).

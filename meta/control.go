@@ -67,16 +67,28 @@ type Recovery struct {
 	Took        time.Duration     `json:"took,omitempty"`
 }
 
-func (l *leaderSession) recovery() Recovery {
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	r := l.rec
-	r.Sessions = make(map[string]uint64, len(l.rec.Sessions))
-	for k, v := range l.rec.Sessions {
+// recovery is the term's barrier recovery as status shows it.
+func (l *leaderSession) recovery() Recovery { return l.recov.snapshot() }
+
+// recoveryState is a term's barrier recovery: written by the control loop
+// alone, read by anyone through snapshot. mu guards every field.
+type recoveryState struct {
+	mu      sync.Mutex
+	rec     Recovery            // Waiting is kept in waiting instead
+	waiting map[uint64]struct{} // active workers without an acked control session
+}
+
+// snapshot returns a copy of the recovery, Waiting sorted.
+func (rs *recoveryState) snapshot() Recovery {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r := rs.rec
+	r.Sessions = make(map[string]uint64, len(rs.rec.Sessions))
+	for k, v := range rs.rec.Sessions {
 		r.Sessions[k] = v
 	}
-	r.Waiting = make([]uint64, 0, len(l.waiting))
-	for id := range l.waiting {
+	r.Waiting = make([]uint64, 0, len(rs.waiting))
+	for id := range rs.waiting {
 		r.Waiting = append(r.Waiting, id)
 	}
 	slices.Sort(r.Waiting)
@@ -140,10 +152,10 @@ func (l *leaderSession) controlLoop(ctx context.Context) {
 		}
 		c.wg.Wait()
 	}()
-	l.rmu.Lock()
-	l.rec = Recovery{Term: l.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
-	l.waiting = map[uint64]struct{}{}
-	l.rmu.Unlock()
+	l.recov.mu.Lock()
+	l.recov.rec = Recovery{Term: l.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
+	l.recov.waiting = map[uint64]struct{}{}
+	l.recov.mu.Unlock()
 
 	changed := l.r.proj.Changed()
 	c.reconcile(ctx)
@@ -231,36 +243,36 @@ func (c *controller) reconcile(ctx context.Context) {
 			s.closed = true
 		}
 	}
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	l.rec.Rounds++
-	l.rec.Attempts += attempts
+	l.recov.mu.Lock()
+	defer l.recov.mu.Unlock()
+	l.recov.rec.Rounds++
+	l.recov.rec.Attempts += attempts
 	for _, ep := range gone {
-		delete(l.rec.Sessions, ep)
+		delete(l.recov.rec.Sessions, ep)
 	}
 	for _, s := range opened {
-		l.rec.Sessions[s.endpoint] = s.id
+		l.recov.rec.Sessions[s.endpoint] = s.id
 	}
-	clear(l.waiting)
+	clear(l.recov.waiting)
 	for _, id := range waiting {
-		l.waiting[id] = struct{}{}
+		l.recov.waiting[id] = struct{}{}
 	}
 	c.completeLocked()
 }
 
 // completeLocked ends the initial recovery once nobody waits, judged on the
 // projection at c.seq: the waiting set holds every worker active at c.seq
-// that has not acked. rmu held.
+// that has not acked. recov.mu held.
 func (c *controller) completeLocked() {
 	l := c.l
-	if l.rec.State != RecoveryRecovering || len(l.waiting) > 0 {
+	if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
 		return
 	}
-	l.rec.State = RecoveryComplete
-	l.rec.Seq = c.seq
-	l.rec.CompletedAt = l.r.cfg.Clock.Now()
-	l.rec.Took = l.rec.CompletedAt.Sub(l.rec.StartedAt)
-	l.logger.Info().Int("workers", c.workers).Dur("took", l.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
+	l.recov.rec.State = RecoveryComplete
+	l.recov.rec.Seq = c.seq
+	l.recov.rec.CompletedAt = l.r.cfg.Clock.Now()
+	l.recov.rec.Took = l.recov.rec.CompletedAt.Sub(l.recov.rec.StartedAt)
+	l.logger.Info().Int("workers", c.workers).Dur("took", l.recov.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
 	l.r.onTerm(l.term, l.lease, TermRecovered, "")
 }
 
@@ -285,10 +297,10 @@ func (c *controller) event(ev sessionEvent) bool {
 		return false
 	}
 	ev.s.acked = true
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	delete(l.waiting, ev.s.id)
-	if l.rec.State != RecoveryRecovering || len(l.waiting) > 0 {
+	l.recov.mu.Lock()
+	defer l.recov.mu.Unlock()
+	delete(l.recov.waiting, ev.s.id)
+	if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
 		return false
 	}
 	if l.r.proj.Seq() != c.seq {

@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // maxGroup bounds the mutations decided and appended together.
@@ -42,23 +49,21 @@ type mutationResult struct {
 	err  error
 }
 
-// mutate is the only way a leader changes cluster state: decide on the
-// projected state, then append with expected last seq = the seq of the state
-// decided on. It returns once the decision's events are stored and the
-// projection holds them (or the decision appended nothing), or with the
-// error that stopped it. If a failpoint is named it is hit between the
-// decision and the append. On ErrFenced the leader re-projects and steps
-// down if a higher term is there. decide must be short and must not keep
-// the state.
+// committer is the only way a leader term changes cluster state: a
+// mutation is decided on the projected state, then appended with expected
+// last seq = the seq of the state decided on. Submit returns once the
+// decision's events are stored and the projection holds them (or the
+// decision appended nothing), or with the error that stopped it.
 //
 // Mutations submitted while a group is being decided and sent are decided
 // and appended together, as one group, in submission order (flat
-// combining: whichever caller finds no group being decided decides and
+// combining: whichever submitter finds no group being decided decides and
 // sends the queue, the others wait for their results). Each decision of a
 // group sees the effects of those before it: the group is decided on a
 // scratch state — the projection plus every event this term sent — and
 // sent with one Log.AppendAsync whose expected last seq is the seq of that
-// scratch state before the group.
+// scratch state before the group. Each event is encoded once (events.Seal):
+// that body is folded into the scratch state and handed to the log.
 //
 // Several groups may be in flight (sent, acks outstanding; see
 // maxFlights): a group is chained to the group sent before it (prevID =
@@ -70,36 +75,97 @@ type mutationResult struct {
 // were sent, and a decision is answered as a success only if everything it
 // saw is stored. Any failure discards the scratch state: the next group is
 // decided on the projection, once every group in flight is settled.
-func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
-	_, err := l.mutateSeen(ctx, fp, decide)
-	return err
+//
+// Who owns what. A committer is safe for concurrent use by any number of
+// submitters; its state has three owners:
+//   - The fields set by newLeaderCommitter never change, but term and
+//     logger, which setTerm sets while the session starts its term (its
+//     only submitter then; every other task starts after it).
+//   - sem is the combiner's token. Only its holder decides and sends a
+//     group, and it alone reads and writes scratch and tail (no lock).
+//   - mu guards queue (submitters append, the combiner takes, a withdrawn
+//     submitter removes) and the settling state: flights, flightEvents,
+//     broken, lastWritten, unsure (the combiner adds flights, settlers
+//     remove them and record their outcome).
+//
+// A flight's fields are written by the combiner before it is published in
+// flights, then only by the one goroutine that settles it (the submitter
+// that combined it), which closes done last; anyone reads stored and err
+// after done.
+type committer struct {
+	ctx           context.Context // the term's: done when the term ends
+	term          uint64          // set by setTerm
+	writer        string
+	log           events.Log
+	proj          *view.Projector
+	clock         clock.Clock
+	fp            *failpoint.Set
+	appendTimeout time.Duration
+	logger        zerolog.Logger
+	connected     func() error                         // ErrDisconnected while the connection is down
+	fenced        func(ctx context.Context, err error) // an append was fenced: re-project, maybe lose the term
+	lose          func(reason string)                  // ends the term
+
+	sem     chan struct{}      // the combiner's token
+	scratch *projections.State // with sem: the projection plus this term's sent events; nil: rebuild
+	tail    *flight            // with sem: the last group with events sent since scratch was rebuilt
+
+	mu           sync.Mutex
+	queue        []*mutation // submitted, not yet decided
+	flights      []*flight   // groups with events sent and not settled, in order
+	flightEvents int         // their events
+	broken       bool        // a group failed: scratch holds events that may not be stored
+	lastWritten  uint64      // seq of this term's last stored event
+	minPipelined int         // minPipelined; tests lower it
+	unsure       *flight     // a group whose append's outcome is unknown: resent before deciding anew
 }
 
-// mutateSeen is mutate that also returns the seq of the state the decision
-// saw, its own events included: a decision that appended one event finds
-// it at that seq.
-func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) (uint64, error) {
+// newLeaderCommitter is the committer of leader session l's term.
+func newLeaderCommitter(l *leaderSession) *committer {
+	cfg := &l.r.cfg
+	return &committer{
+		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
+		appendTimeout: cfg.AppendTimeout, logger: l.logger,
+		connected: l.connected, fenced: l.onFenced, lose: l.lose,
+		sem: make(chan struct{}, 1), minPipelined: minPipelined,
+	}
+}
+
+// setTerm sets the term the committer's events carry, and its logger. It is
+// called while nothing else submits (see committer).
+func (c *committer) setTerm(term uint64, logger zerolog.Logger) {
+	c.term, c.logger = term, logger
+}
+
+// Submit decides and appends one mutation (see committer) and returns the
+// seq of the state the decision saw, its own events included: a decision
+// that appended one event finds it at that seq. If a failpoint is named it
+// is hit between the decision and the append. On ErrFenced the leader
+// re-projects and steps down if a higher term is there. decide must be
+// short and must not keep the state; it runs once, on whichever goroutine
+// combines, unless ctx ends first.
+func (c *committer) Submit(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) (uint64, error) {
 	m := &mutation{ctx: ctx, fp: fp, decide: decide, done: make(chan mutationResult, 1)}
-	l.qmu.Lock()
-	l.queue = append(l.queue, m)
-	l.qmu.Unlock()
+	c.mu.Lock()
+	c.queue = append(c.queue, m)
+	c.mu.Unlock()
 	for {
 		select {
 		case res := <-m.done:
-			return l.finish(res)
-		case l.sem <- struct{}{}:
-			f := l.combine()
-			<-l.sem
+			return c.finish(res)
+		case c.sem <- struct{}{}:
+			f := c.combine()
+			<-c.sem
 			if f != nil {
-				l.settle(f)
+				c.settle(f)
 			}
 		case <-ctx.Done():
-			if l.withdraw(m) {
+			if c.withdraw(m) {
 				return 0, ctx.Err()
 			}
 			// Taken into a group already: its append is bounded by
 			// AppendTimeout per attempt; report its real outcome.
-			return l.finish(<-m.done)
+			return c.finish(<-m.done)
 		}
 	}
 }
@@ -108,20 +174,20 @@ func (l *leaderSession) mutateSeen(ctx context.Context, fp string, decide func(v
 // waits under the term's context: a caller whose own context ended after
 // its mutation was taken into a group still gets its real outcome, not its
 // context's error for an event that is stored.
-func (l *leaderSession) finish(res mutationResult) (uint64, error) {
+func (c *committer) finish(res mutationResult) (uint64, error) {
 	if res.err != nil {
 		return 0, res.err
 	}
-	return res.seen, l.r.proj.AwaitSeq(l.ctx, res.seen)
+	return res.seen, c.proj.AwaitSeq(c.ctx, res.seen)
 }
 
 // withdraw removes m from the queue if it is still there.
-func (l *leaderSession) withdraw(m *mutation) bool {
-	l.qmu.Lock()
-	defer l.qmu.Unlock()
-	for i, q := range l.queue {
+func (c *committer) withdraw(m *mutation) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, q := range c.queue {
 		if q == m {
-			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
 			return true
 		}
 	}
@@ -129,23 +195,23 @@ func (l *leaderSession) withdraw(m *mutation) bool {
 }
 
 // take removes up to maxGroup mutations from the head of the queue.
-func (l *leaderSession) take() []*mutation {
-	l.qmu.Lock()
-	defer l.qmu.Unlock()
-	n := min(len(l.queue), maxGroup)
-	group := append([]*mutation(nil), l.queue[:n]...)
-	l.queue = append(l.queue[:0], l.queue[n:]...)
+func (c *committer) take() []*mutation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(len(c.queue), maxGroup)
+	group := append([]*mutation(nil), c.queue[:n]...)
+	c.queue = append(c.queue[:0], c.queue[n:]...)
 	return group
 }
 
 // requeue puts undecided mutations back at the head of the queue.
-func (l *leaderSession) requeue(ms []*mutation) {
+func (c *committer) requeue(ms []*mutation) {
 	if len(ms) == 0 {
 		return
 	}
-	l.qmu.Lock()
-	defer l.qmu.Unlock()
-	l.queue = append(append([]*mutation(nil), ms...), l.queue...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = append(append([]*mutation(nil), ms...), c.queue...)
 }
 
 // errNotSent marks an append that was never handed to the log: its outcome
@@ -190,24 +256,24 @@ func (f *flight) lastID() string {
 // the scratch state) fails with errOwnEventRefused and is not appended; the
 // scratch state, which folded them, is dropped, and the mutations after it
 // go back to the head of the queue, to be decided on a fresh state.
-func (l *leaderSession) combine() *flight {
-	ctx := l.ctx
-	if err := l.room(ctx, 0); err != nil {
-		if group := l.take(); len(group) > 0 {
+func (c *committer) combine() *flight {
+	ctx := c.ctx
+	if err := c.room(ctx, 0); err != nil {
+		if group := c.take(); len(group) > 0 {
 			return failAll(group, err)
 		}
 		return nil
 	}
-	group := l.take()
+	group := c.take()
 	if len(group) == 0 {
 		return nil
 	}
-	st, err := l.scratchState(ctx)
+	st, err := c.scratchState(ctx)
 	if err != nil {
 		return failAll(group, err)
 	}
 	base := st.Seq
-	now := l.r.cfg.Clock.Now()
+	now := c.clock.Now()
 	var (
 		evs []events.Event
 		ok  []decided
@@ -219,7 +285,7 @@ func (l *leaderSession) combine() *flight {
 		}
 		payloads, err := m.decide(st)
 		if err == nil && len(payloads) > 0 && m.fp != "" {
-			err = l.r.cfg.Failpoints.Hit(m.ctx, m.fp)
+			err = c.fp.Hit(m.ctx, m.fp)
 		}
 		var mine []events.Event
 		var bodies [][]byte
@@ -227,9 +293,11 @@ func (l *leaderSession) combine() *flight {
 			if err != nil {
 				break
 			}
-			ev := events.Event{Term: l.term, Writer: l.r.cfg.ID, At: now, Data: p}
+			// Encoded once: the body folded below is the one the log
+			// stores.
+			var ev events.Event
 			var b []byte
-			if b, err = events.Encode(ev); err == nil {
+			if ev, b, err = events.Seal(events.Event{Term: c.term, Writer: c.writer, At: now, Data: p}); err == nil {
 				mine, bodies = append(mine, ev), append(bodies, b)
 			}
 		}
@@ -247,16 +315,16 @@ func (l *leaderSession) combine() *flight {
 			}
 		}
 		if refused != nil {
-			l.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
+			c.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
 			m.done <- mutationResult{err: fmt.Errorf("%w: %s", errOwnEventRefused, refused)}
-			l.scratch = nil // it folded the refused events
-			l.requeue(group[i+1:])
+			c.scratch = nil // it folded the refused events
+			c.requeue(group[i+1:])
 			break
 		}
 		evs = append(evs, mine...)
 		ok = append(ok, decided{m: m, seen: st.Seq})
 	}
-	f := &flight{ok: ok, evs: evs, base: base, prev: l.tail, done: make(chan struct{})}
+	f := &flight{ok: ok, evs: evs, base: base, prev: c.tail, done: make(chan struct{})}
 	switch {
 	case len(evs) == 0 && f.prev == nil:
 		// Nothing in flight: base is the projection's, all of it stored.
@@ -268,10 +336,10 @@ func (l *leaderSession) combine() *flight {
 		// Settled once the group before it is: the decisions saw its events.
 		return f
 	}
-	if err := l.room(ctx, len(evs)); err != nil {
+	if err := c.room(ctx, len(evs)); err != nil {
 		// Decided on the scratch state, not sent: it holds events that
 		// will not be stored.
-		l.scratch = nil
+		c.scratch = nil
 		for _, d := range ok {
 			d.m.done <- mutationResult{err: err}
 		}
@@ -281,18 +349,18 @@ func (l *leaderSession) combine() *flight {
 	if f.prev != nil {
 		prevID = f.prev.lastID()
 	}
-	if err := l.connected(); err != nil {
+	if err := c.connected(); err != nil {
 		f.pend = events.Done{Last: base, Err: fmt.Errorf("append at seq %d %w: %w", base+1, errNotSent, err)}
 	} else {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
-		f.pend = l.r.cfg.Log.AppendAsync(actx, base, prevID, evs...)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
+		f.pend = c.log.AppendAsync(actx, base, prevID, evs...)
 		cancel()
 	}
-	l.fmu.Lock()
-	l.flights = append(l.flights, f)
-	l.flightEvents += len(evs)
-	l.fmu.Unlock()
-	l.tail = f
+	c.mu.Lock()
+	c.flights = append(c.flights, f)
+	c.flightEvents += len(evs)
+	c.mu.Unlock()
+	c.tail = f
 	return f
 }
 
@@ -308,23 +376,17 @@ func failAll(group []*mutation, err error) *flight {
 // until the next group may be taken): fewer than maxFlights groups and,
 // unless none is in flight, at most maxFlightEvents events in flight with
 // it (n > 0) or at least minPipelined mutations queued (n == 0).
-func (l *leaderSession) room(ctx context.Context, n int) error {
+func (c *committer) room(ctx context.Context, n int) error {
 	for {
-		queued := 0
-		if n == 0 {
-			l.qmu.Lock()
-			queued = len(l.queue)
-			l.qmu.Unlock()
-		}
-		l.fmu.Lock()
+		c.mu.Lock()
 		var head *flight
-		full := len(l.flights) >= maxFlights ||
-			n > 0 && l.flightEvents+n > maxFlightEvents ||
-			n == 0 && queued < l.minPipelined
-		if len(l.flights) > 0 && full {
-			head = l.flights[0]
+		full := len(c.flights) >= maxFlights ||
+			n > 0 && c.flightEvents+n > maxFlightEvents ||
+			n == 0 && len(c.queue) < c.minPipelined
+		if len(c.flights) > 0 && full {
+			head = c.flights[0]
 		}
-		l.fmu.Unlock()
+		c.mu.Unlock()
 		if head == nil {
 			return nil
 		}
@@ -337,13 +399,13 @@ func (l *leaderSession) room(ctx context.Context, n int) error {
 }
 
 // drain waits (with sem) until every group in flight is settled.
-func (l *leaderSession) drain(ctx context.Context) error {
-	l.fmu.Lock()
+func (c *committer) drain(ctx context.Context) error {
+	c.mu.Lock()
 	var last *flight
-	if n := len(l.flights); n > 0 {
-		last = l.flights[n-1]
+	if n := len(c.flights); n > 0 {
+		last = c.flights[n-1]
 	}
-	l.fmu.Unlock()
+	c.mu.Unlock()
 	if last == nil {
 		return nil
 	}
@@ -360,8 +422,8 @@ func (l *leaderSession) drain(ctx context.Context) error {
 // message ids (stored once) when the group before it is stored; if it stays
 // unknown it is resent before anything new is decided (resendUnsure). A
 // failure marks the scratch state broken and fails every later group.
-func (l *leaderSession) settle(f *flight) {
-	ctx := l.ctx
+func (c *committer) settle(f *flight) {
+	ctx := c.ctx
 	floor := f.base
 	var prevErr error
 	if p := f.prev; p != nil {
@@ -374,14 +436,14 @@ func (l *leaderSession) settle(f *flight) {
 	stored, err := floor, prevErr
 	unsure := false
 	if len(f.evs) > 0 {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
 		last, werr := f.pend.Wait(wctx)
 		cancel()
 		if werr != nil && !errors.Is(werr, events.ErrFenced) && !errors.Is(werr, errNotSent) && prevErr == nil {
 			// Everything before base is stored, so the expected last seq
 			// alone fences the retry.
-			l.logger.Warn().Err(werr).Uint64("expected_seq", f.base).Int("events", len(f.evs)).Msg("append failed; retrying with the same message ids")
-			rlast, rerr := l.append(ctx, f.base, f.evs, appendAttempts-1)
+			c.logger.Warn().Err(werr).Uint64("expected_seq", f.base).Int("events", len(f.evs)).Msg("append failed; retrying with the same message ids")
+			rlast, rerr := c.append(ctx, f.base, f.evs, appendAttempts-1)
 			if errors.Is(rerr, errNotSent) {
 				// The first attempt was sent: its outcome is what is unknown.
 				rerr = fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %v)", f.base+1, werr, rerr)
@@ -405,22 +467,22 @@ func (l *leaderSession) settle(f *flight) {
 			err = werr
 		}
 		if errors.Is(werr, events.ErrFenced) && !errors.Is(prevErr, events.ErrFenced) {
-			l.onFenced(ctx, werr)
+			c.fenced(ctx, werr)
 		}
 	}
-	l.fmu.Lock()
+	c.mu.Lock()
 	if len(f.evs) > 0 {
-		l.flights = l.flights[1:] // f is the head: groups settle in order
-		l.flightEvents -= len(f.evs)
+		c.flights = c.flights[1:] // f is the head: groups settle in order
+		c.flightEvents -= len(f.evs)
 	}
 	if err != nil {
-		l.broken = true
+		c.broken = true
 	}
 	if unsure {
-		l.unsure = f
+		c.unsure = f
 	}
-	l.lastWritten = max(l.lastWritten, stored)
-	l.fmu.Unlock()
+	c.lastWritten = max(c.lastWritten, stored)
+	c.mu.Unlock()
 	f.stored, f.err = stored, err
 	close(f.done)
 	for _, d := range f.ok {
@@ -441,26 +503,26 @@ func (l *leaderSession) settle(f *flight) {
 // wrong event. The groups sent after it were sent before the resend on the
 // same connection, so once it is answered they are settled on the server
 // too.
-func (l *leaderSession) resendUnsure(ctx context.Context) error {
-	l.fmu.Lock()
-	u := l.unsure
-	l.fmu.Unlock()
+func (c *committer) resendUnsure(ctx context.Context) error {
+	c.mu.Lock()
+	u := c.unsure
+	c.mu.Unlock()
 	if u == nil {
 		return nil
 	}
-	stored, err := l.append(ctx, u.base, u.evs, appendAttempts)
-	l.fmu.Lock()
-	l.lastWritten = max(l.lastWritten, stored)
+	stored, err := c.append(ctx, u.base, u.evs, appendAttempts)
+	c.mu.Lock()
+	c.lastWritten = max(c.lastWritten, stored)
 	if err == nil || errors.Is(err, events.ErrFenced) {
-		l.unsure = nil
+		c.unsure = nil
 	}
-	l.fmu.Unlock()
+	c.mu.Unlock()
 	switch {
 	case err == nil:
-		l.logger.Info().Uint64("expected_seq", u.base).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
+		c.logger.Info().Uint64("expected_seq", u.base).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
 		return nil
 	case errors.Is(err, events.ErrFenced):
-		l.onFenced(ctx, err)
+		c.fenced(ctx, err)
 	}
 	return fmt.Errorf("resending a group whose outcome is unknown: %w", err)
 }
@@ -470,59 +532,59 @@ func (l *leaderSession) resendUnsure(ctx context.Context) error {
 // sent, else — once every group in flight is settled — a fresh copy of the
 // projection. It fails with ErrNotLeader when the projection shows a
 // higher term.
-func (l *leaderSession) scratchState(ctx context.Context) (*projections.State, error) {
-	l.fmu.Lock()
-	failed := l.broken
+func (c *committer) scratchState(ctx context.Context) (*projections.State, error) {
+	c.mu.Lock()
+	failed := c.broken
 	if failed {
-		l.scratch = nil // holds events that may not be stored
+		c.scratch = nil // holds events that may not be stored
 	}
-	l.fmu.Unlock()
-	if sc := l.scratch; sc != nil {
-		l.r.proj.Peek(func(v *projections.State) {
+	c.mu.Unlock()
+	if sc := c.scratch; sc != nil {
+		c.proj.Peek(func(v *projections.State) {
 			switch {
-			case v.Term > l.term:
+			case v.Term > c.term:
 			case v.Seq > sc.Seq:
 				// Something this term did not append: decide on it.
-				l.scratch = nil
+				c.scratch = nil
 			}
 		})
 	}
-	if l.scratch == nil {
-		if err := l.drain(ctx); err != nil {
+	if c.scratch == nil {
+		if err := c.drain(ctx); err != nil {
 			return nil, err
 		}
-		if err := l.resendUnsure(ctx); err != nil {
+		if err := c.resendUnsure(ctx); err != nil {
 			return nil, err
 		}
-		l.fmu.Lock()
-		l.broken = false // every group is settled: nothing more can fail
-		written := l.lastWritten
-		l.fmu.Unlock()
-		l.tail = nil
+		c.mu.Lock()
+		c.broken = false // every group is settled: nothing more can fail
+		written := c.lastWritten
+		c.mu.Unlock()
+		c.tail = nil
 		// A fresh copy must hold every event this term stored; after a
 		// failure, whatever the log holds (an append whose outcome the
 		// leader did not learn may have landed).
 		if failed {
-			if _, err := l.r.proj.CatchUp(ctx); err != nil {
+			if _, err := c.proj.CatchUp(ctx); err != nil {
 				return nil, err
 			}
 		}
-		if err := l.r.proj.AwaitSeq(ctx, written); err != nil {
+		if err := c.proj.AwaitSeq(ctx, written); err != nil {
 			return nil, err
 		}
 	}
 	var term uint64
-	l.r.proj.Peek(func(v *projections.State) {
+	c.proj.Peek(func(v *projections.State) {
 		term = v.Term
-		if term <= l.term && l.scratch == nil {
-			l.scratch = v.Clone()
+		if term <= c.term && c.scratch == nil {
+			c.scratch = v.Clone()
 		}
 	})
-	if term > l.term {
-		l.lose(fmt.Sprintf("projection shows term %d > %d", term, l.term))
+	if term > c.term {
+		c.lose(fmt.Sprintf("projection shows term %d > %d", term, c.term))
 		return nil, ErrNotLeader
 	}
-	return l.scratch, nil
+	return c.scratch, nil
 }
 
 // appendAttempts is how many times an append whose outcome stays unknown
@@ -534,19 +596,19 @@ const appendAttempts = 3
 // the seq of the last event known to be stored: the last one on success,
 // at least expected on failure. An error wrapping errNotSent means nothing
 // was sent.
-func (l *leaderSession) append(ctx context.Context, expected uint64, evs []events.Event, attempts int) (uint64, error) {
+func (c *committer) append(ctx context.Context, expected uint64, evs []events.Event, attempts int) (uint64, error) {
 	var err error
 	stored := expected
 	for attempt := 0; attempt < attempts; attempt++ {
-		if cerr := l.connected(); cerr != nil {
+		if cerr := c.connected(); cerr != nil {
 			if attempt == 0 && err == nil {
 				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
 			}
 			return stored, fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %w)", expected+1, err, cerr)
 		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.r.cfg.AppendTimeout)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
 		var last uint64
-		last, err = l.r.cfg.Log.Append(actx, expected, evs...)
+		last, err = c.log.Append(actx, expected, evs...)
 		cancel()
 		stored = max(stored, last)
 		if err == nil {
@@ -555,7 +617,7 @@ func (l *leaderSession) append(ctx context.Context, expected uint64, evs []event
 		if errors.Is(err, events.ErrFenced) {
 			return stored, err
 		}
-		l.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("events", len(evs)).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
+		c.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("events", len(evs)).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
 		if ctx.Err() != nil {
 			break
 		}

@@ -71,9 +71,9 @@ func queued(t *testing.T, l *leaderSession, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		l.qmu.Lock()
-		got := len(l.queue)
-		l.qmu.Unlock()
+		l.commit.mu.Lock()
+		got := len(l.commit.queue)
+		l.commit.mu.Unlock()
 		if got == n {
 			return
 		}
@@ -89,14 +89,14 @@ func queued(t *testing.T, l *leaderSession, n int) {
 // one group. It returns the replies in reqs order.
 func group(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) []client.Reply {
 	t.Helper()
-	tl.sem <- struct{}{}
+	tl.commit.sem <- struct{}{}
 	replies := make([]client.Reply, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
 		wg.Go(func() { replies[i] = tl.register(ctxT(t), req) })
 		queued(t, tl.leaderSession, i+1) // submission order = reqs order
 	}
-	<-tl.sem
+	<-tl.commit.sem
 	wg.Wait()
 	return replies
 }
@@ -129,8 +129,8 @@ func TestGroupedRegistrationsSeeEachOther(t *testing.T) {
 		t.Fatalf("workers %s next id %d, want [1,3,4] and 5", got, v.NextWorkerID)
 	}
 	// The scratch state the group was decided on is the projection.
-	if tl.scratch.Seq != v.Seq || tl.scratch.Hash() != v.Hash() {
-		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.scratch.Seq, v.Seq)
+	if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
 	}
 	// The next group is decided on the kept scratch state and sees the first.
 	reps = group(t, tl, []client.RegisterRequest{
@@ -212,7 +212,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 	}
 	const decided = "test-group-decided" // hit after the group's last decision
 	fp.Freeze(decided)
-	old.sem <- struct{}{}
+	old.commit.sem <- struct{}{}
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -229,7 +229,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 		})
 	})
 	queued(t, old.leaderSession, 3)
-	<-old.sem
+	<-old.commit.sem
 	if err := fp.WaitPaused(ctx, decided); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	tl.sem <- struct{}{}
+	tl.commit.sem <- struct{}{}
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
 	decided := false
@@ -287,7 +287,7 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("mutate = %v, want context.Canceled", err)
 	}
-	<-tl.sem
+	<-tl.commit.sem
 	queued(t, tl.leaderSession, 0)
 	if decided || len(log.appendSizes()) != 1 {
 		t.Fatalf("withdrawn mutation: decided %v, appends %v", decided, log.appendSizes())
@@ -351,9 +351,9 @@ func TestGroupOutcomeNotDecidedByCombinersContext(t *testing.T) {
 	// y is queued first, by hand, so that x is the only caller competing
 	// for sem: x combines the group [y, x].
 	y := &mutation{ctx: ctxT(t), decide: registration(1, "1"), done: make(chan mutationResult, 1)}
-	tl.qmu.Lock()
-	tl.queue = append(tl.queue, y)
-	tl.qmu.Unlock()
+	tl.commit.mu.Lock()
+	tl.commit.queue = append(tl.commit.queue, y)
+	tl.commit.mu.Unlock()
 	xdone := make(chan error, 1)
 	go func() { xdone <- tl.mutate(xctx, "", registration(2, "2")) }()
 	res := <-y.done
@@ -440,7 +440,7 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if err := tl.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tl.sem <- struct{}{}
+	tl.commit.sem <- struct{}{}
 	var (
 		wg     sync.WaitGroup
 		a, b   client.Reply
@@ -457,7 +457,7 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	queued(t, tl.leaderSession, 2)
 	wg.Go(func() { b = tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}) })
 	queued(t, tl.leaderSession, 3)
-	<-tl.sem
+	<-tl.commit.sem
 	wg.Wait()
 	if !errors.Is(badErr, errOwnEventRefused) {
 		t.Errorf("refused decision: %v, want errOwnEventRefused", badErr)
@@ -472,8 +472,8 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if got := fmt.Sprint(log.appendSizes()); got != "[1 1 1]" {
 		t.Errorf("append sizes %s, want [1 1 1]: term.started, a, then b on a fresh state", got)
 	}
-	if tl.scratch.Seq != v.Seq || tl.scratch.Hash() != v.Hash() {
-		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.scratch.Seq, v.Seq)
+	if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
 	}
 }
 
@@ -524,7 +524,7 @@ func TestGroupTakenCallerGetsRealOutcome(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			seen, err := tl.mutateSeen(xctx, "", func(v *projections.State) ([]events.Payload, error) {
+			seen, err := tl.commit.Submit(xctx, "", func(v *projections.State) ([]events.Payload, error) {
 				return []events.Payload{events.WorkerRegistered{ID: v.NextWorkerID, Incarnation: "x", Endpoint: "10.0.0.1:1"}}, nil
 			})
 			done <- result{seen, err}
@@ -543,4 +543,56 @@ func TestGroupTakenCallerGetsRealOutcome(t *testing.T) {
 			t.Fatalf("answered before the projection held its event (projected seq %d)", got)
 		}
 	})
+}
+
+// sealLog records, for every event appended through it, whether it came
+// encoded already (events.Seal): Encode then hands back the same body
+// every time instead of encoding it again.
+type sealLog struct {
+	*events.MemLog
+	mu       sync.Mutex
+	appended int
+	unsealed []string
+}
+
+func (s *sealLog) check(evs []events.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range evs {
+		s.appended++
+		a, err1 := events.Encode(ev)
+		b, err2 := events.Encode(ev)
+		if err1 != nil || err2 != nil || len(a) == 0 || &a[0] != &b[0] {
+			s.unsealed = append(s.unsealed, ev.Type())
+		}
+	}
+}
+
+func (s *sealLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	s.check(evs)
+	return s.MemLog.Append(ctx, expected, evs...)
+}
+
+func (s *sealLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
+	s.check(evs)
+	return s.MemLog.AppendAsync(ctx, expected, prevID, evs...)
+}
+
+// The committer encodes each event once: the log gets the body that was
+// folded into the scratch state, not an event to encode again.
+func TestCommitterEncodesEachEventOnce(t *testing.T) {
+	log := &sealLog{MemLog: events.NewMemLog()}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	group(t, tl, []client.RegisterRequest{
+		{Incarnation: "a", Endpoint: "10.0.0.1:1"},
+		{Incarnation: "b", Endpoint: "10.0.0.2:1"},
+	})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if log.appended != 3 || len(log.unsealed) != 0 {
+		t.Fatalf("%d events appended, encoded again by the log: %v", log.appended, log.unsealed)
+	}
 }

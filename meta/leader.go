@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/decide"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -25,8 +25,22 @@ var ErrNotLeader = errors.New("not the leader")
 // connection is down.
 var ErrDisconnected = errors.New("NATS connection down")
 
-// leaderSession is one term of leadership. Everything in it lives and dies
-// with ctx; Replica.lead joins every goroutine before it returns.
+// leaderSession is one term of leadership: plumbing between the term's
+// tasks, the pure decisions (package decide, package sched) and the parts
+// that hold mutable state. Everything in it lives and dies with ctx;
+// Replica.lead joins every goroutine before it returns.
+//
+// Who owns what (each piece of mutable state has one owner):
+//   - commit (the committer): the decided-but-unsent mutations and the
+//     groups in flight; see committer. Everything else changes cluster
+//     state only by submitting a decision to it.
+//   - live (liveness): the heartbeat deadlines, behind its own mutex; RPC
+//     handlers and the expiry loop change them only as the decisions say.
+//   - recov (recoveryState): the barrier recovery, behind its own mutex;
+//     the control loop writes it, status reads copies.
+//   - sched: the stores' reports and the last health, behind its own mutex.
+//
+// The other fields never change after newLeaderSession.
 type leaderSession struct {
 	r      *Replica
 	ctx    context.Context // the term's: done when the term ends
@@ -35,30 +49,10 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
-	// Mutations are decided and appended in groups (see group.go).
-	sem     chan struct{}      // held by the goroutine deciding and sending a group
-	qmu     sync.Mutex         // guards queue
-	queue   []*mutation        // submitted, not yet decided
-	scratch *projections.State // with sem: the projection plus this term's sent events; nil: rebuild
-	tail    *flight            // with sem: the last group with events sent since scratch was rebuilt
-
-	fmu          sync.Mutex // guards the fields below
-	flights      []*flight  // groups with events sent and not settled, in order
-	flightEvents int        // their events
-	broken       bool       // a group failed: scratch holds events that may not be stored
-	lastWritten  uint64     // seq of this term's last stored event
-	minPipelined int        // minPipelined; tests lower it
-	unsure       *flight    // a group whose append's outcome is unknown: resent before deciding anew
-
-	dmu        sync.Mutex
-	deadlines  map[uint64]deadline // heartbeat deadlines by worker id (memory only)
-	reconnects uint64              // NC's reconnect count when the deadlines were last valid
-
-	rmu     sync.Mutex
-	rec     Recovery            // Waiting is kept in waiting instead
-	waiting map[uint64]struct{} // active workers without an acked control session
-
-	sched *schedState
+	commit *committer
+	live   *liveness
+	recov  recoveryState
+	sched  *schedState
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -66,21 +60,21 @@ type leaderSession struct {
 func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(string)) *leaderSession {
 	l := &leaderSession{
 		r: r, ctx: ctx, lease: lease, lose: lose,
-		logger:       r.log.With().Uint64("lease_rev", lease).Logger(),
-		sem:          make(chan struct{}, 1),
-		minPipelined: minPipelined,
-		deadlines:    map[uint64]deadline{},
-		sched:        newSchedState(),
+		logger: r.log.With().Uint64("lease_rev", lease).Logger(),
+		sched:  newSchedState(),
 	}
-	if r.cfg.NC != nil {
-		l.reconnects = r.cfg.NC.Stats().Reconnects
-	}
+	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, l.conn(), func(workers int) {
+		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
+			Msg("NATS connection is back: every worker gets a fresh full timeout")
+	})
+	l.commit = newLeaderCommitter(l)
 	return l
 }
 
-type deadline struct {
-	epoch uint64
-	at    time.Time
+// mutate submits one decision to the committer (see committer.Submit).
+func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
+	_, err := l.commit.Submit(ctx, fp, decide)
+	return err
 }
 
 func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
@@ -188,6 +182,7 @@ func (l *leaderSession) chooseTerm(term uint64) {
 	}
 	l.r.mu.Unlock()
 	l.logger = l.r.log.With().Uint64("term", term).Uint64("lease_rev", l.lease).Logger()
+	l.commit.setTerm(term, l.logger)
 }
 
 func (l *leaderSession) onFenced(ctx context.Context, err error) {
@@ -219,39 +214,17 @@ func (l *leaderSession) connected() error {
 	return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
 }
 
-// hearingLocked reports whether heartbeats can reach this leader, so that
-// its deadlines mean something. While the connection is down they cannot:
-// nothing may be expired. Once it is back (its reconnect count moved), every
-// deadline is first pushed to at least now + WorkerTimeout, as a new leader
-// would grant: a worker is expired only after a full timeout in which its
-// heartbeats could have arrived. A longer outage also ends the term (the
-// lease cannot be renewed), and the next term starts from fresh timeouts.
-// Called with dmu held.
-func (l *leaderSession) hearingLocked(now time.Time) bool {
+// conn is the leader's NATS connection as it is now, for the decisions.
+func (l *leaderSession) conn() decide.Conn {
 	nc := l.r.cfg.NC
 	if nc == nil {
-		return true
+		return decide.Conn{None: true}
 	}
-	if !nc.IsConnected() {
-		return false
-	}
-	if n := nc.Stats().Reconnects; n != l.reconnects {
-		l.reconnects = n
-		fresh := now.Add(l.r.cfg.WorkerTimeout)
-		for id, d := range l.deadlines {
-			if d.at.Before(fresh) {
-				d.at = fresh
-				l.deadlines[id] = d
-			}
-		}
-		l.logger.Info().Int("workers", len(l.deadlines)).Dur("timeout", l.r.cfg.WorkerTimeout).
-			Msg("NATS connection is back: every worker gets a fresh full timeout")
-	}
-	return true
+	return decide.Conn{Connected: nc.IsConnected(), Reconnects: nc.Stats().Reconnects}
 }
 
 // rpcHandlers is how many requests that may append are handled at once:
-// their mutations are decided and appended in groups (see mutate), so a
+// their mutations are decided and appended in groups (see committer), so a
 // registration burst costs one append per group, not one per worker.
 const rpcHandlers = 2048
 
@@ -330,10 +303,6 @@ func (l *leaderSession) respond(m *nats.Msg, rep client.Reply) {
 	_ = m.Respond(b)
 }
 
-func badRequest(err error) client.Reply {
-	return client.Reply{Error: &client.RPCError{Code: client.CodeBadRequest, Message: err.Error()}}
-}
-
 func unavailable(err error) client.Reply {
 	code := client.CodeUnavailable
 	if errors.Is(err, ErrNotLeader) || errors.Is(err, events.ErrFenced) || errors.Is(err, context.Canceled) {
@@ -342,31 +311,32 @@ func unavailable(err error) client.Reply {
 	return client.Reply{Error: &client.RPCError{Code: code, Message: err.Error()}}
 }
 
-func reregister(ref client.WorkerRef) client.Reply {
-	return client.Reply{Error: &client.RPCError{Code: client.CodeReregister, Message: fmt.Sprintf("no active worker %d epoch %d; register again", ref.ID, ref.Epoch)}}
+// logForbidden logs a request refused because another incarnation
+// registered the worker.
+func (l *leaderSession) logForbidden(rpc string, ref client.WorkerRef) {
+	l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
+		Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
 }
 
-func forbidden(ref client.WorkerRef) client.Reply {
-	return client.Reply{Error: &client.RPCError{Code: client.CodeForbidden, Message: fmt.Sprintf("worker %d epoch %d was registered by another incarnation", ref.ID, ref.Epoch)}}
-}
-
-// owned checks a request's registration against a view: nil when an active
-// worker has the id and epoch and was registered by the incarnation, else
-// the reply refusing it (reregister when there is no such worker, forbidden
-// when another incarnation registered it).
-func (l *leaderSession) owned(v *projections.State, rpc string, ref client.WorkerRef) *client.Reply {
-	w, ok := v.Worker(ref.ID)
-	if !ok || w.Epoch != ref.Epoch {
-		rep := reregister(ref)
-		return &rep
+// decideRequest submits a request's pure decision and answers as it says:
+// the decision's reply once its events are stored (the worker renewed when
+// it asks for that), or unavailable when they could not be.
+func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref client.WorkerRef, f func(v *projections.State) decide.Decision) client.Reply {
+	var d decide.Decision
+	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		d = f(v)
+		if d.Forbidden {
+			l.logForbidden(rpc, ref)
+		}
+		return d.Events, nil
+	})
+	if err != nil {
+		return unavailable(err)
 	}
-	if w.Incarnation != ref.Incarnation {
-		l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
-			Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
-		rep := forbidden(ref)
-		return &rep
+	if d.Renew {
+		l.live.renew(d.Reply.ID, d.Reply.Epoch, l.r.cfg.Clock.Now())
 	}
-	return nil
+	return d.Reply
 }
 
 // handle answers one RPC. It never panics on input: every request is decoded
@@ -376,13 +346,13 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 	case client.RPCRegister:
 		req, err := client.DecodeRegister(data)
 		if err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		return l.register(ctx, req)
 	case client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister:
 		ref, err := client.DecodeWorkerRef(data)
 		if err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		switch rpc {
 		case client.RPCActivate:
@@ -395,18 +365,18 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 	case client.RPCStoreDrain:
 		req, err := client.DecodeDrain(data)
 		if err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		return l.storeDrain(ctx, req)
 	case client.RPCStoreSelfDrain:
 		req, err := client.DecodeSelfDrain(data)
 		if err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		return l.storeSelfDrain(ctx, req)
 	case client.RPCStepDown:
 		if err := client.DecodeStepDown(data); err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		l.logger.Warn().Msg("step-down requested")
 		l.lose(reasonStepDown)
@@ -414,134 +384,67 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 	case client.RPCStoreRegister:
 		req, err := client.DecodeStoreRegister(data)
 		if err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		return l.storeRegister(ctx, req)
 	case client.RPCStoreHeartbeat:
 		hb, err := client.DecodeStoreHeartbeat(data)
 		if err != nil {
-			return badRequest(err)
+			return decide.BadRequest(err)
 		}
 		return l.storeHeartbeat(ctx, hb)
 	}
-	return badRequest(fmt.Errorf("unknown rpc %q", rpc))
+	return decide.BadRequest(fmt.Errorf("unknown rpc %q", rpc))
 }
 
 func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
-	var (
-		existing *projections.Worker
-		id       uint64
-	)
-	seen, err := l.mutateSeen(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		// The same incarnation at the same endpoint: its existing id. (A
-		// lookup by endpoint: one active worker per endpoint, found in
-		// O(1), where a search by incarnation scans every worker.)
-		if w, ok := v.WorkerAt(req.Endpoint); ok && w.Incarnation == req.Incarnation {
-			existing = &w
-			return nil, nil
-		}
-		id = v.NextWorkerID
-		return []events.Payload{events.WorkerRegistered{
-			ID: id, Incarnation: req.Incarnation, Endpoint: req.Endpoint, Kind: req.Kind, Parallelism: req.Parallelism,
-		}}, nil
+	var r decide.Registration
+	seen, err := l.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		r = decide.Register(v, req)
+		return r.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	w := existing
-	if w == nil {
-		// Its only event is at seen: that is its epoch. The projection
-		// folded it; a later event of the same group may already have
-		// replaced it (another incarnation at its endpoint), which the
-		// worker learns at its next heartbeat, as if it came later.
-		var got projections.Worker
-		var applied, ok bool
-		l.r.proj.Peek(func(v *projections.State) {
-			applied = v.NextWorkerID > id
-			got, ok = v.Worker(id)
-		})
-		if !applied || ok && (got.Epoch != seen || got.Incarnation != req.Incarnation) {
-			return unavailable(errors.New("registration not visible in the projection"))
-		}
-		w = &projections.Worker{ID: id, Epoch: seen}
-		l.logger.Info().Uint64("worker_id", id).Uint64("epoch", seen).Str("endpoint", req.Endpoint).Msg("worker registered")
+	var rep client.Reply
+	var visible bool
+	l.r.proj.Peek(func(v *projections.State) { rep, visible = decide.Registered(v, r, req, seen) })
+	if !visible {
+		return rep
 	}
-	l.touch(w.ID, w.Epoch)
-	return client.Reply{ID: w.ID, Epoch: w.Epoch}
+	if !r.Existing {
+		l.logger.Info().Uint64("worker_id", rep.ID).Uint64("epoch", rep.Epoch).Str("endpoint", req.Endpoint).Msg("worker registered")
+	}
+	l.live.renew(rep.ID, rep.Epoch, l.r.cfg.Clock.Now())
+	return rep
 }
 
 func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
-	var refused *client.Reply
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		if refused = l.owned(v, client.RPCActivate, ref); refused != nil {
-			return nil, nil
-		}
-		if w, _ := v.Worker(ref.ID); w.State == projections.WorkerRunning {
-			return nil, nil
-		}
-		return []events.Payload{events.WorkerActivated{ID: ref.ID, Epoch: ref.Epoch}}, nil
-	})
-	if err != nil {
-		return unavailable(err)
-	}
-	if refused != nil {
-		return *refused
-	}
-	l.touch(ref.ID, ref.Epoch)
-	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
-}
-
-func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
-	l.r.heartbeats.Add(1)
-	var refused *client.Reply
-	// Peek, not View: a view is a copy of every worker, made again after
-	// every change, and heartbeats arrive while registrations change it.
-	l.r.proj.Peek(func(v *projections.State) { refused = l.owned(v, client.RPCHeartbeat, ref) })
-	if refused != nil {
-		return *refused
-	}
-	now := l.r.cfg.Clock.Now()
-	l.dmu.Lock()
-	l.hearingLocked(now) // a deadline that passed during an outage is fresh again
-	d, has := l.deadlines[ref.ID]
-	expired := has && d.epoch == ref.Epoch && now.After(d.at)
-	if !expired {
-		l.deadlines[ref.ID] = deadline{epoch: ref.Epoch, at: now.Add(l.r.cfg.WorkerTimeout)}
-	}
-	l.dmu.Unlock()
-	if expired {
-		return reregister(ref)
-	}
-	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
+	return l.decideRequest(ctx, client.RPCActivate, ref, func(v *projections.State) decide.Decision { return decide.Activate(v, ref) })
 }
 
 // deregister is idempotent: a registration already gone is a success, but
 // one registered by another incarnation is refused.
 func (l *leaderSession) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
-	var refused *client.Reply
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		refused = l.owned(v, client.RPCDeregister, ref)
-		if refused != nil {
-			if refused.Error.Code == client.CodeReregister {
-				refused = nil // gone already
-			}
-			return nil, nil
-		}
-		return []events.Payload{events.WorkerDeregistered{ID: ref.ID, Epoch: ref.Epoch}}, nil
-	})
-	if err != nil {
-		return unavailable(err)
-	}
-	if refused != nil {
-		return *refused
-	}
-	return client.Reply{ID: ref.ID, Epoch: ref.Epoch}
+	return l.decideRequest(ctx, client.RPCDeregister, ref, func(v *projections.State) decide.Decision { return decide.Deregister(v, ref) })
 }
 
-func (l *leaderSession) touch(id, epoch uint64) {
-	l.dmu.Lock()
-	l.deadlines[id] = deadline{epoch: epoch, at: l.r.cfg.Clock.Now().Add(l.r.cfg.WorkerTimeout)}
-	l.dmu.Unlock()
+func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
+	l.r.heartbeats.Add(1)
+	var (
+		w     projections.Worker
+		found bool
+	)
+	// Peek, not View: a view is a copy of every worker, made again after
+	// every change, and heartbeats arrive while registrations change it.
+	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
+	if rep := decide.Owned(w, found, ref); rep != nil {
+		if rep.Error.Code == client.CodeForbidden {
+			l.logForbidden(client.RPCHeartbeat, ref)
+		}
+		return *rep
+	}
+	return l.live.beat(w, found, ref, l.conn(), l.r.cfg.Clock.Now())
 }
 
 // expiryLoop expires workers whose heartbeat deadline passed: one fenced
@@ -576,33 +479,8 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 	return nil
 }
 
-// collectExpired returns worker.expired for every worker in v whose deadline
-// passed. A worker without a deadline (a new leader's first look) gets a
-// fresh full timeout. Nothing expires while heartbeats cannot arrive (see
-// hearingLocked).
+// collectExpired decides an expiry tick on v: the view, the deadlines, the
+// connection and now in, the worker.expired events to append out.
 func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
-	now := l.r.cfg.Clock.Now()
-	l.dmu.Lock()
-	defer l.dmu.Unlock()
-	if !l.hearingLocked(now) {
-		return nil
-	}
-	var out []events.Payload
-	for _, w := range v.ListWorkers() {
-		d, ok := l.deadlines[w.ID]
-		if !ok || d.epoch != w.Epoch {
-			l.deadlines[w.ID] = deadline{epoch: w.Epoch, at: now.Add(l.r.cfg.WorkerTimeout)}
-			continue
-		}
-		if now.After(d.at) {
-			out = append(out, events.WorkerExpired{ID: w.ID, Epoch: w.Epoch})
-		}
-	}
-	for id := range l.deadlines {
-		if _, ok := v.Workers[id]; !ok {
-			delete(l.deadlines, id)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].(events.WorkerExpired).ID < out[j].(events.WorkerExpired).ID })
-	return out
+	return l.live.expire(v, l.conn(), l.r.cfg.Clock.Now())
 }

@@ -124,7 +124,7 @@ func longAppends(c *Config) { c.AppendTimeout = 10 * time.Second }
 // pipelining makes tl send a group while another is in flight however few
 // mutations wait.
 func pipelining(tl *testLeader) *testLeader {
-	tl.minPipelined = 1
+	tl.commit.minPipelined = 1
 	return tl
 }
 
@@ -311,8 +311,8 @@ func TestPipelinedGroupLostAckRetriedOnce(t *testing.T) {
 			t.Fatalf("next register: %+v", rep)
 		}
 		v := tl.r.proj.View()
-		if tl.scratch.Seq != v.Seq || tl.scratch.Hash() != v.Hash() {
-			t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.scratch.Seq, v.Seq)
+		if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
+			t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
 		}
 	})
 }
@@ -370,17 +370,17 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 // mutations wait. (synctest: Wait returns once room is blocked.)
 func TestRoomBoundsFlights(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := &leaderSession{minPipelined: 3}
+		l := &committer{minPipelined: 3}
 		fly := func(n int) {
 			l.flights = append(l.flights, &flight{evs: make([]events.Event, n), done: make(chan struct{})})
 			l.flightEvents += n
 		}
 		settleHead := func() {
-			l.fmu.Lock()
+			l.mu.Lock()
 			h := l.flights[0]
 			l.flights = l.flights[1:]
 			l.flightEvents -= len(h.evs)
-			l.fmu.Unlock()
+			l.mu.Unlock()
 			close(h.done)
 		}
 		// run starts room(n) and returns once it returned or is blocked;

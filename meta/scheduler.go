@@ -11,6 +11,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/decide"
 	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
 )
@@ -72,88 +73,62 @@ func (s *schedState) copyReports() map[string]sched.Report {
 	return maps.Clone(s.reports)
 }
 
-// storeRegister handles store.register.
+// storeRegister handles store.register (decide.StoreRegister).
 func (l *leaderSession) storeRegister(ctx context.Context, req client.StoreRegisterRequest) client.Reply {
 	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		if st, ok := v.Stores[req.Store]; ok && st.Incarnation == req.Incarnation && st.RaftAddr == req.RaftAddr && st.State == events.StoreUp {
-			return nil, nil
-		}
-		return []events.Payload{events.StoreRegistered{Store: req.Store, Incarnation: req.Incarnation, RaftAddr: req.RaftAddr}}, nil
+		return decide.StoreRegister(v, req), nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	v := l.r.proj.View()
-	st, ok := v.Stores[req.Store]
-	if !ok || st.Incarnation != req.Incarnation {
-		return client.Reply{Error: &client.RPCError{Code: client.CodeBadRequest, Message: fmt.Sprintf("store %s not registered (raft address taken or tombstone?)", req.Store)}}
+	var rep client.Reply
+	var registered bool
+	l.r.proj.Peek(func(v *projections.State) { rep, registered = decide.StoreRegistered(v, req) })
+	if registered {
+		l.sched.report(req.Store, sched.Report{Incarnation: req.Incarnation, At: l.r.cfg.Clock.Now()})
 	}
-	l.sched.report(req.Store, sched.Report{Incarnation: req.Incarnation, At: l.r.cfg.Clock.Now()})
-	return client.Reply{}
+	return rep
 }
 
-// storeHeartbeat handles store.heartbeat: memory only (a down store that
-// heartbeats again is marked up by the scheduler's next decision).
+// storeHeartbeat handles store.heartbeat: memory only
+// (decide.StoreHeartbeat).
 func (l *leaderSession) storeHeartbeat(_ context.Context, hb client.StoreHeartbeat) client.Reply {
+	var rep client.Reply
 	var known bool
-	l.r.proj.Peek(func(v *projections.State) {
-		st, ok := v.Stores[hb.Store]
-		known = ok && st.Incarnation == hb.Incarnation
-	})
-	if !known {
-		return client.Reply{Error: &client.RPCError{Code: client.CodeReregister, Message: fmt.Sprintf("store %s incarnation %s is not registered", hb.Store, hb.Incarnation)}}
+	l.r.proj.Peek(func(v *projections.State) { rep, known = decide.StoreHeartbeat(v, hb) })
+	if known {
+		l.sched.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
 	}
-	l.sched.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
-	return client.Reply{}
+	return rep
 }
 
-// storeDrain handles store.drain: draining until now+for (never marked down
-// meanwhile), or up again.
+// storeDrain handles store.drain (decide.StoreDrain).
 func (l *leaderSession) storeDrain(ctx context.Context, req client.DrainRequest) client.Reply {
-	var missing bool
+	var d decide.Decision
 	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		if _, ok := v.Stores[req.Store]; !ok {
-			missing = true
-			return nil, nil
-		}
-		if req.ForMS == 0 {
-			return []events.Payload{events.StoreState{Store: req.Store, State: events.StoreUp}}, nil
-		}
-		until := l.r.cfg.Clock.Now().Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
-		return []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}, nil
+		d = decide.StoreDrain(v, req, l.r.cfg.Clock.Now())
+		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	if missing {
-		return badRequest(fmt.Errorf("unknown store %q", req.Store))
-	}
-	return client.Reply{}
+	return d.Reply
 }
 
-// storeSelfDrain handles store.selfdrain: only the store's registered
-// incarnation may drain it (with one key for every store, the NATS server
-// cannot tell stores apart; the incarnation, random per process start, is
-// what this store alone knows with its id in the stream).
+// storeSelfDrain handles store.selfdrain (decide.StoreSelfDrain).
 func (l *leaderSession) storeSelfDrain(ctx context.Context, req client.SelfDrainRequest) client.Reply {
-	var refused string
+	var d decide.Decision
 	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		st, ok := v.Stores[req.Store]
-		if !ok || st.Incarnation != req.Incarnation {
-			refused = fmt.Sprintf("store %s incarnation %s is not registered", req.Store, req.Incarnation)
-			return nil, nil
-		}
-		until := l.r.cfg.Clock.Now().Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
-		return []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}, nil
+		d = decide.StoreSelfDrain(v, req, l.r.cfg.Clock.Now())
+		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	if refused != "" {
-		return client.Reply{Error: &client.RPCError{Code: client.CodeForbidden, Message: refused}}
+	if d.Reply.Error == nil {
+		l.logger.Info().Str("store", req.Store).Dur("for", time.Duration(req.ForMS)*time.Millisecond).Msg("store drains itself for a planned restart")
 	}
-	l.logger.Info().Str("store", req.Store).Dur("for", time.Duration(req.ForMS)*time.Millisecond).Msg("store drains itself for a planned restart")
-	return client.Reply{}
+	return d.Reply
 }
 
 // scheduleLoop is the shell of the pure shard decisions (package sched):

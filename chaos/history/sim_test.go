@@ -136,3 +136,14 @@ func TestSimulatedHistories(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheck checks a simulated history of 1500 operations (two
+// readers and four endpoints' workers, overlapping).
+func BenchmarkCheck(b *testing.B) {
+	ops := simulate(1, 1500)
+	for b.Loop() {
+		if _, err := Check(ops, Options{WorkerTimeout: timeout, Timeout: time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -25,12 +25,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Subnet is the address range of every Net (each Net is its own island,
@@ -55,7 +58,7 @@ func Available() error {
 		return errors.New("the ip tool (iproute2) is not installed: apt-get install iproute2")
 	}
 	name := fmt.Sprintf("%s%d-probe", prefix, os.Getpid())
-	if out, err := run(context.Background(), "ip", "netns", "add", name); err != nil {
+	if out, err := addNS(context.Background(), name); err != nil {
 		return fmt.Errorf("cannot create a network namespace (no CAP_NET_ADMIN/CAP_SYS_ADMIN here?): %v: %s", err, out)
 	}
 	if out, err := run(context.Background(), "ip", "-n", name, "link", "add", "br0", "type", "bridge"); err != nil {
@@ -97,8 +100,8 @@ func New(ctx context.Context) (*Net, error) {
 	RemoveStale(ctx)
 	n := &Net{id: fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), nets.Add(1)), nodes: map[string]*Node{}, cuts: map[[2]string]bool{}}
 	n.bridge = n.id + "-br"
-	if err := n.ip(ctx, "netns", "add", n.bridge); err != nil {
-		return nil, err
+	if out, err := addNS(ctx, n.bridge); err != nil {
+		return nil, fmt.Errorf("ip netns add %s: %v: %s", n.bridge, err, bytes.TrimSpace(out))
 	}
 	for _, args := range [][]string{
 		{"-n", n.bridge, "link", "add", "br0", "type", "bridge"},
@@ -131,8 +134,8 @@ func (n *Net) Add(ctx context.Context, name string) (*Node, error) {
 	}
 	idx := len(n.order) + 1
 	nd := &Node{Name: name, NS: fmt.Sprintf("%s-%d", n.id, idx), IP: fmt.Sprintf("10.231.0.%d", idx), port: fmt.Sprintf("p%d", idx)}
-	if err := n.ip(ctx, "netns", "add", nd.NS); err != nil {
-		return nil, err
+	if out, err := addNS(ctx, nd.NS); err != nil {
+		return nil, fmt.Errorf("ip netns add %s: %v: %s", nd.NS, err, bytes.TrimSpace(out))
 	}
 	n.nodes[name] = nd
 	n.order = append(n.order, name)
@@ -333,6 +336,24 @@ func (n *Net) ip(ctx context.Context, args ...string) error {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// addNS runs `ip netns add name` holding a lock shared by every process
+// of this package: the first namespace of a machine makes /run/netns a
+// shared mount point, and two processes doing that at once could stack
+// two mounts there (namespaces made under the lower one would vanish from
+// view). Test binaries of several packages run at once.
+func addNS(ctx context.Context, name string) ([]byte, error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "termlog-netns.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return run(ctx, "ip", "netns", "add", name)
 }
 
 // run runs a short command, bounded so a wedged tool cannot hang a test.

@@ -74,7 +74,7 @@ func helperCmd(ctx context.Context, nd *Node, args string) *exec.Cmd {
 func newNet(t *testing.T) *Net {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skip("skipping network namespace tests: ", err)
+		t.Skipf("skipping network namespace tests: %v", err)
 	}
 	ctx := context.Background()
 	n, err := New(ctx)
@@ -220,7 +220,7 @@ func TestTeardownLeavesNothing(t *testing.T) {
 
 func TestRemoveStale(t *testing.T) {
 	if err := Available(); err != nil {
-		t.Skip("skipping network namespace tests: ", err)
+		t.Skipf("skipping network namespace tests: %v", err)
 	}
 	ctx := context.Background()
 	// A namespace named as a dead process's would be (pid 0x7ffffffe is

@@ -1,0 +1,334 @@
+// Package decide holds the meta leader's decisions on worker and store
+// requests and on worker liveness, as pure functions: each takes the
+// projected view (or the part of it that matters), the leader's liveness
+// memory, the configuration and now, and returns the events to append and
+// the reply. Nothing here reads a clock, a lock, a connection or a logger;
+// the leader's shell (package meta) gathers those inputs, appends the events
+// with the fence, applies the returned changes to its memory and answers.
+//
+// The scripts in testdata pin every decision (see decide_test.go).
+package decide
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/projections"
+)
+
+// Config is what the decisions need of the replica's configuration.
+type Config struct {
+	// WorkerTimeout is how long a worker's registration lives without a
+	// heartbeat.
+	WorkerTimeout time.Duration
+}
+
+// Decision is what a request asks of the leader: append Events (in order,
+// with the fence; none: nothing to append), then answer Reply once they are
+// stored. When Renew is set, the worker (Reply.ID, Reply.Epoch) gets a fresh
+// heartbeat deadline once the events are stored.
+type Decision struct {
+	Events []events.Payload
+	Reply  client.Reply
+	Renew  bool
+	// Forbidden is set when the request was refused because another
+	// incarnation registered the worker (the shell logs it).
+	Forbidden bool
+}
+
+// Reregister is the reply telling a worker its registration is gone.
+func Reregister(ref client.WorkerRef) client.Reply {
+	return client.Reply{Error: &client.RPCError{Code: client.CodeReregister, Message: fmt.Sprintf("no active worker %d epoch %d; register again", ref.ID, ref.Epoch)}}
+}
+
+// Forbidden is the reply refusing a request for a registration another
+// incarnation made.
+func Forbidden(ref client.WorkerRef) client.Reply {
+	return client.Reply{Error: &client.RPCError{Code: client.CodeForbidden, Message: fmt.Sprintf("worker %d epoch %d was registered by another incarnation", ref.ID, ref.Epoch)}}
+}
+
+// BadRequest is the reply to a request that cannot be served as sent.
+func BadRequest(err error) client.Reply {
+	return client.Reply{Error: &client.RPCError{Code: client.CodeBadRequest, Message: err.Error()}}
+}
+
+func ok(id, epoch uint64) client.Reply { return client.Reply{ID: id, Epoch: epoch} }
+
+// Owned checks a request's registration against the projected worker w
+// (found: whether the view has ref.ID at all): nil when w is active with
+// ref's epoch and was registered by ref's incarnation, else the reply
+// refusing it (Reregister when there is no such worker, Forbidden when
+// another incarnation registered it).
+func Owned(w projections.Worker, found bool, ref client.WorkerRef) *client.Reply {
+	if !found || w.Epoch != ref.Epoch {
+		rep := Reregister(ref)
+		return &rep
+	}
+	if w.Incarnation != ref.Incarnation {
+		rep := Forbidden(ref)
+		return &rep
+	}
+	return nil
+}
+
+func owned(v *projections.State, ref client.WorkerRef) *client.Reply {
+	w, found := v.Worker(ref.ID)
+	return Owned(w, found, ref)
+}
+
+// Registration is the decision on a register request.
+type Registration struct {
+	// Events is the worker.registered to append; nil when the same
+	// incarnation is already registered at the endpoint (Existing).
+	Events   []events.Payload
+	Existing bool
+	// ID is the worker's id: the existing one, or the one its event
+	// allocates (the view's next_worker_id).
+	ID uint64
+	// Epoch is the existing registration's epoch; a new one's is the seq
+	// its event is stored at (see Registered).
+	Epoch uint64
+}
+
+// Register decides a register request on v: the same incarnation at the
+// same endpoint gets its existing id and epoch back; anything else is a new
+// registration with the view's next id (the fold removes any other worker
+// at the endpoint in the same step).
+func Register(v *projections.State, req client.RegisterRequest) Registration {
+	// A lookup by endpoint: one active worker per endpoint, found in O(1),
+	// where a search by incarnation scans every worker.
+	if w, found := v.WorkerAt(req.Endpoint); found && w.Incarnation == req.Incarnation {
+		return Registration{Existing: true, ID: w.ID, Epoch: w.Epoch}
+	}
+	id := v.NextWorkerID
+	return Registration{ID: id, Events: []events.Payload{events.WorkerRegistered{
+		ID: id, Incarnation: req.Incarnation, Endpoint: req.Endpoint, Kind: req.Kind, Parallelism: req.Parallelism,
+	}}}
+}
+
+// Registered is the reply to registration r of req once its events are
+// stored, judged on the projection v (which holds them; seen is the seq the
+// decision saw, its own event included: a new registration's epoch). A new
+// registration must be visible in v: its id allocated, and the worker at it
+// either this registration or gone (a later event of the same group may
+// have replaced it — another incarnation at its endpoint — which the worker
+// learns at its next heartbeat, as if it came later). ok is false when it is
+// not visible; the reply is then unavailable.
+func Registered(v *projections.State, r Registration, req client.RegisterRequest, seen uint64) (rep client.Reply, ok bool) {
+	if r.Existing {
+		return client.Reply{ID: r.ID, Epoch: r.Epoch}, true
+	}
+	got, found := v.Worker(r.ID)
+	if v.NextWorkerID <= r.ID || found && (got.Epoch != seen || got.Incarnation != req.Incarnation) {
+		return client.Reply{Error: &client.RPCError{Code: client.CodeUnavailable, Message: "registration not visible in the projection"}}, false
+	}
+	return client.Reply{ID: r.ID, Epoch: seen}, true
+}
+
+// Activate decides an activate request: worker.activated for a Starting
+// worker of ref's registration, nothing for one already Running; refused
+// for any other registration. A worker answered ok is renewed.
+func Activate(v *projections.State, ref client.WorkerRef) Decision {
+	if rep := owned(v, ref); rep != nil {
+		return Decision{Reply: *rep, Forbidden: rep.Error.Code == client.CodeForbidden}
+	}
+	d := Decision{Reply: ok(ref.ID, ref.Epoch), Renew: true}
+	if w, _ := v.Worker(ref.ID); w.State != projections.WorkerRunning {
+		d.Events = []events.Payload{events.WorkerActivated{ID: ref.ID, Epoch: ref.Epoch}}
+	}
+	return d
+}
+
+// Deregister decides a deregister request. It is idempotent: a
+// registration already gone is a success (nothing appended), but one
+// registered by another incarnation is refused.
+func Deregister(v *projections.State, ref client.WorkerRef) Decision {
+	if rep := owned(v, ref); rep != nil {
+		if rep.Error.Code == client.CodeReregister {
+			return Decision{Reply: ok(ref.ID, ref.Epoch)} // gone already
+		}
+		return Decision{Reply: *rep, Forbidden: true}
+	}
+	return Decision{Reply: ok(ref.ID, ref.Epoch), Events: []events.Payload{events.WorkerDeregistered{ID: ref.ID, Epoch: ref.Epoch}}}
+}
+
+// Deadline is a worker's heartbeat deadline: the registration (epoch) it
+// belongs to and the time after which that registration expires.
+type Deadline struct {
+	Epoch uint64
+	At    time.Time
+}
+
+// Renewed is the deadline a heartbeat (or a registration or activation)
+// at now grants registration epoch.
+func Renewed(epoch uint64, now time.Time, cfg Config) Deadline {
+	return Deadline{Epoch: epoch, At: now.Add(cfg.WorkerTimeout)}
+}
+
+// Heartbeat decides a worker heartbeat at now: w and found are the
+// projected worker ref.ID (see Owned), d and has the deadline the leader
+// holds for that id. A registration the view does not have, or another
+// incarnation's, is refused (renew false). A heartbeat for the registration
+// whose deadline passed (strictly before now) is too late: the worker must
+// register again, and the expired deadline stays for the expiry to act on.
+// Otherwise the registration is renewed: the shell sets Renewed(ref.Epoch,
+// now, cfg).
+func Heartbeat(w projections.Worker, found bool, ref client.WorkerRef, d Deadline, has bool, now time.Time) (rep client.Reply, renew, forbidden bool) {
+	if r := Owned(w, found, ref); r != nil {
+		return *r, false, r.Error.Code == client.CodeForbidden
+	}
+	if has && d.Epoch == ref.Epoch && now.After(d.At) {
+		return Reregister(ref), false, false
+	}
+	return ok(ref.ID, ref.Epoch), true, false
+}
+
+// Conn is the leader's NATS connection as the shell saw it.
+type Conn struct {
+	// None: the leader has no connection (an in-process test), so
+	// heartbeats reach it whenever they are sent.
+	None       bool
+	Connected  bool
+	Reconnects uint64 // the connection's reconnect count
+}
+
+// Hearing is the decision whether heartbeats can reach the leader, so that
+// its deadlines mean something.
+type Hearing struct {
+	// Hearing is false while the connection is down: nothing may expire.
+	Hearing bool
+	// Back is set when the connection came back since the deadlines were
+	// last valid (its reconnect count moved): every deadline is first
+	// pushed to at least Floor = now + WorkerTimeout, as a new leader would
+	// grant, and the leader remembers Reconnects.
+	Back       bool
+	Floor      time.Time
+	Reconnects uint64
+}
+
+// Hear decides whether heartbeats reach the leader, given its connection
+// now and the reconnect count it saw when its deadlines were last valid. A
+// worker is expired only after a full timeout in which its heartbeats could
+// have arrived. (A longer outage also ends the term, as the lease cannot be
+// renewed, and the next term starts from fresh timeouts.)
+func Hear(c Conn, seen uint64, now time.Time, cfg Config) Hearing {
+	switch {
+	case c.None:
+		return Hearing{Hearing: true}
+	case !c.Connected:
+		return Hearing{}
+	case c.Reconnects != seen:
+		return Hearing{Hearing: true, Back: true, Floor: now.Add(cfg.WorkerTimeout), Reconnects: c.Reconnects}
+	}
+	return Hearing{Hearing: true}
+}
+
+// Grant is a deadline the expiry sets for a worker.
+type Grant struct {
+	ID       uint64
+	Deadline Deadline
+}
+
+// Expiry is an expiry tick's decision.
+type Expiry struct {
+	// Events is worker.expired for every registration whose deadline
+	// passed, by id and epoch, in id order: one fenced append.
+	Events []events.Payload
+	// Grant are fresh full timeouts for registrations without a deadline
+	// (a new leader's first look, or a new epoch under an id).
+	Grant []Grant
+	// Drop are the deadlines of ids the view no longer has.
+	Drop []uint64
+}
+
+// Expire decides an expiry tick at now on v with the leader's deadlines
+// (only while hearing; see Hear — the shell pushes the deadlines to the
+// floor first when the connection came back). A registration whose
+// deadline is strictly before now expires; one at exactly its deadline does
+// not yet.
+func Expire(v *projections.State, deadlines map[uint64]Deadline, now time.Time, cfg Config) Expiry {
+	var out Expiry
+	for _, w := range v.ListWorkers() {
+		d, has := deadlines[w.ID]
+		if !has || d.Epoch != w.Epoch {
+			out.Grant = append(out.Grant, Grant{ID: w.ID, Deadline: Renewed(w.Epoch, now, cfg)})
+			continue
+		}
+		if now.After(d.At) {
+			out.Events = append(out.Events, events.WorkerExpired{ID: w.ID, Epoch: w.Epoch})
+		}
+	}
+	for id := range deadlines {
+		if _, found := v.Workers[id]; !found {
+			out.Drop = append(out.Drop, id)
+		}
+	}
+	sort.Slice(out.Events, func(i, j int) bool {
+		return out.Events[i].(events.WorkerExpired).ID < out.Events[j].(events.WorkerExpired).ID
+	})
+	sort.Slice(out.Drop, func(i, j int) bool { return out.Drop[i] < out.Drop[j] })
+	return out
+}
+
+// StoreRegister decides a store.register request: nothing to append when
+// the store is registered and up with the same incarnation and raft
+// address, else store.registered (the fold refuses it when the raft
+// address is taken or the store is a tombstone; see StoreRegistered).
+func StoreRegister(v *projections.State, req client.StoreRegisterRequest) []events.Payload {
+	if st, found := v.Stores[req.Store]; found && st.Incarnation == req.Incarnation && st.RaftAddr == req.RaftAddr && st.State == events.StoreUp {
+		return nil
+	}
+	return []events.Payload{events.StoreRegistered{Store: req.Store, Incarnation: req.Incarnation, RaftAddr: req.RaftAddr}}
+}
+
+// StoreRegistered is the reply to req once StoreRegister's events are
+// stored, judged on the projection v that holds them: ok (the shell then
+// records the store's first report) when v has the store with req's
+// incarnation.
+func StoreRegistered(v *projections.State, req client.StoreRegisterRequest) (rep client.Reply, ok bool) {
+	if st, found := v.Stores[req.Store]; !found || st.Incarnation != req.Incarnation {
+		return BadRequest(fmt.Errorf("store %s not registered (raft address taken or tombstone?)", req.Store)), false
+	}
+	return client.Reply{}, true
+}
+
+// StoreHeartbeat decides a store heartbeat (memory only: a down store that
+// heartbeats again is marked up by the scheduler's next decision): ok (the
+// shell records the report) when v has the store with hb's incarnation,
+// else the store must register again.
+func StoreHeartbeat(v *projections.State, hb client.StoreHeartbeat) (rep client.Reply, ok bool) {
+	if st, found := v.Stores[hb.Store]; !found || st.Incarnation != hb.Incarnation {
+		return client.Reply{Error: &client.RPCError{Code: client.CodeReregister, Message: fmt.Sprintf("store %s incarnation %s is not registered", hb.Store, hb.Incarnation)}}, false
+	}
+	return client.Reply{}, true
+}
+
+// StoreDrain decides a store.drain request at now: draining until now+for
+// (never marked down meanwhile), or up again when for is 0. An unknown
+// store is a bad request.
+func StoreDrain(v *projections.State, req client.DrainRequest, now time.Time) Decision {
+	if _, found := v.Stores[req.Store]; !found {
+		return Decision{Reply: BadRequest(fmt.Errorf("unknown store %q", req.Store))}
+	}
+	if req.ForMS == 0 {
+		return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreUp}}}
+	}
+	until := now.Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
+	return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}}
+}
+
+// StoreSelfDrain decides a store.selfdrain request at now: only the store's
+// registered incarnation may drain it (with one key for every store, the
+// NATS server cannot tell stores apart; the incarnation, random per process
+// start, is what this store alone knows with its id in the stream).
+func StoreSelfDrain(v *projections.State, req client.SelfDrainRequest, now time.Time) Decision {
+	if st, found := v.Stores[req.Store]; !found || st.Incarnation != req.Incarnation {
+		return Decision{Reply: client.Reply{Error: &client.RPCError{Code: client.CodeForbidden,
+			Message: fmt.Sprintf("store %s incarnation %s is not registered", req.Store, req.Incarnation)}}}
+	}
+	until := now.Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
+	return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}}
+}
