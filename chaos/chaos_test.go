@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,12 +141,16 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d, %d schedules per topology %v, logs under %s", seed, n, tops, root)
 	bin := binary(t, root)
 
+	// Ctrl-C (or SIGTERM) ends the run between steps and stops every
+	// process it started, instead of leaving the roles running.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	sum := Summary{Seed: seed, Schedules: map[Topology]int{}, Faults: map[Fault]int{}}
 	var recov []time.Duration
 	failed := false
 	for _, top := range tops {
 		t.Run(string(top), func(t *testing.T) {
-			ok := runTopology(t, bin, root, top, seed, n, &sum, &recov)
+			ok := runTopology(ctx, t, bin, root, top, seed, n, &sum, &recov)
 			if !ok {
 				failed = true
 			}
@@ -177,14 +183,13 @@ func TestChaos(t *testing.T) {
 // runTopology runs n schedules on a cluster of one topology (a fresh
 // cluster every -fresh-every schedules); it stops at the first failing
 // schedule and reports whether all passed.
-func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n int, sum *Summary, recov *[]time.Duration) bool {
+func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topology, seed uint64, n int, sum *Summary, recov *[]time.Duration) bool {
 	var (
 		c      *Cluster
 		r      *Runner
 		rec    = &OpLog{}
 		gen    int
 		tdir   = filepath.Join(root, string(top))
-		ctx    = context.Background()
 		closeC = func() {
 			if r != nil {
 				r.Close()
@@ -198,6 +203,10 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 	defer closeC()
 	ok := true
 	for i := range n {
+		if ctx.Err() != nil {
+			t.Logf("%s: interrupted after %d schedules; the processes are stopped", top, i)
+			return ok
+		}
 		if c == nil || (*flagFresh > 0 && i > 0 && i%*flagFresh == 0) {
 			closeC()
 			gen++
@@ -212,7 +221,7 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 			}
 			r = &Runner{C: c, Rec: rec, RecoveryBound: *flagBound, Settle: cfg.StoreTimeout, Logf: t.Logf, CheckHistory: HistoryChecker(cfg.WorkerTimeout)}
 			began := time.Now()
-			if took, v := r.WaitHealthy(ctx, 120*time.Second); took < 0 {
+			if took, v := r.WaitHealthy(ctx, 120*time.Second); took < 0 && ctx.Err() == nil {
 				t.Fatalf("%s cluster %d not healthy 120s after start: %v (logs in %s)", top, gen, v, c.LogDir())
 			}
 			t.Logf("%s cluster %d healthy %.1fs after start (logs in %s)", top, gen, time.Since(began).Seconds(), c.LogDir())
@@ -223,6 +232,10 @@ func runTopology(t *testing.T, bin, root string, top Topology, seed uint64, n in
 		s := Generate(seed+uint64(i), c.Cfg)
 		dir := filepath.Join(tdir, fmt.Sprintf("schedule-%03d-seed-%d", i, s.Seed))
 		res := r.Run(ctx, s, i, dir)
+		if ctx.Err() != nil {
+			t.Logf("%s: interrupted during schedule %d (%s); not counted; the processes are stopped", top, i, s)
+			return ok
+		}
 		sum.Schedules[top]++
 		for f, k := range res.Executed {
 			sum.Faults[f] += k
