@@ -49,10 +49,11 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
-	commit *committer
-	live   *liveness
-	recov  recoveryState
-	sched  *schedState
+	commit  *committer
+	live    *liveness
+	recov   recoveryState
+	sched   *schedState
+	renewed atomicTime // when the lease was last renewed (renewLoop writes it; the watchdog and leaseFresh read it)
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -67,6 +68,7 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
 			Msg("NATS connection is back: every worker gets a fresh full timeout")
 	})
+	l.renewed.Store(r.cfg.Clock.Now()) // the lease was just taken
 	l.commit = newLeaderCommitter(l)
 	return l
 }
@@ -208,10 +210,26 @@ func (l *leaderSession) onFenced(ctx context.Context, err error) {
 // never hands the client an append then.
 func (l *leaderSession) connected() error {
 	nc := l.r.cfg.NC
-	if nc == nil || nc.IsConnected() {
-		return nil
+	if nc != nil && !nc.IsConnected() {
+		return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
 	}
-	return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
+	return l.leaseFresh()
+}
+
+// leaseFresh fails with ErrLeaseLost, and ends the term, once the lease
+// was last renewed longer ago than the watchdog allows. The watchdog checks
+// every lease/12; a leader paused past its lease (SIGSTOP, a long GC, a
+// frozen VM: the first report) runs its goroutines again before the
+// watchdog's next tick, and without this check its first appends are
+// stopped only by the CAS. Checked before every append is sent.
+func (l *leaderSession) leaseFresh() error {
+	limit := l.r.cfg.LeaseTTL * 2 / 3
+	if since := l.r.cfg.Clock.Now().Sub(l.renewed.Load()); since > limit {
+		why := fmt.Sprintf("no lease renewal for %s (limit %s)", since.Round(time.Millisecond), limit)
+		l.lose(why)
+		return fmt.Errorf("%w: %s", ErrLeaseLost, why)
+	}
+	return nil
 }
 
 // conn is the leader's NATS connection as it is now, for the decisions.

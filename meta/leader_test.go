@@ -185,9 +185,9 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	}
 	a := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
 	b := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "b", Endpoint: "127.0.0.1:7002"})
-	clk.Advance(6 * time.Second)
+	advance(clk, 6*time.Second, l)
 	l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"})
-	clk.Advance(5 * time.Second) // a: 11 s without heartbeat; b: 5 s
+	advance(clk, 5*time.Second, l) // a: 11 s without heartbeat; b: 5 s
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	}
 
 	// A new leader, long after b's last heartbeat, first grants a full timeout.
-	clk.Advance(time.Hour)
+	advance(clk, time.Hour, l)
 	l2 := newTestLeader(t, "meta-2", log, clk, 2)
 	if err := l2.startTerm(ctx); err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	if got := workerList(l2.r.proj.View()); got != "[2]" {
 		t.Fatalf("new leader expired without a full timeout: %s", got)
 	}
-	clk.Advance(11 * time.Second)
+	advance(clk, 11*time.Second, l2)
 	if err := l2.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -230,9 +230,9 @@ func TestStaleDecisionIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := old.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
-	clk.Advance(11 * time.Second)
+	advance(clk, 11*time.Second, old)
 	old.collectExpired(old.r.proj.View()) // first look sets deadlines
-	clk.Advance(11 * time.Second)
+	advance(clk, 11*time.Second, old)
 
 	err := old.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		expired := old.collectExpired(v)
@@ -299,7 +299,7 @@ func TestImpersonationRefused(t *testing.T) {
 	}
 	// Forged heartbeats every second do not renew the real worker's deadline.
 	for range 11 {
-		clk.Advance(time.Second)
+		advance(clk, time.Second, l)
 		l.call(t, client.RPCHeartbeat, forged)
 	}
 	if err := l.expireOnce(ctx); err != nil {
@@ -384,7 +384,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	srv.Shutdown()
 	testkit.Eventually(t, 10*time.Second, "the connection to notice", func() bool { return !nc.IsConnected() })
 	tail, _ := log.Tail(ctx)
-	clk.Advance(11 * time.Second)
+	advance(clk, 11*time.Second, l)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatalf("expiry while disconnected: %v", err)
 	}
@@ -402,21 +402,21 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, "the connection to come back", nc.IsConnected)
-	clk.Advance(time.Second)
+	advance(clk, time.Second, l)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l.r.proj.View()); got != "[1]" {
 		t.Fatalf("worker expired right after the outage: %s, want [1]", got)
 	}
-	clk.Advance(9 * time.Second)
+	advance(clk, 9*time.Second, l)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l.r.proj.View()); got != "[1]" {
 		t.Fatalf("worker expired before a full timeout after the outage: %s, want [1]", got)
 	}
-	clk.Advance(2 * time.Second)
+	advance(clk, 2*time.Second, l)
 	if err := l.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -487,5 +487,46 @@ func TestDeposedHolderCannotStartATerm(t *testing.T) {
 	}
 	if v.Term != 1 || v.Lease != 9 || v.Leader != "meta-2" {
 		t.Fatalf("projection term %d lease %d leader %s, want term 1 lease 9 meta-2", v.Term, v.Lease, v.Leader)
+	}
+}
+
+// advance moves the manual clock on as a leader whose renewals kept
+// succeeding sees it: each of ls has its lease renewed at the new time
+// (the sessions here run no renew loop), so only what the test is about
+// can stop its appends.
+func advance(clk *clock.Manual, d time.Duration, ls ...*testLeader) {
+	clk.Advance(d)
+	for _, l := range ls {
+		l.renewed.Store(clk.Now())
+	}
+}
+
+// The first report's paused leader, on the write side: a leader whose
+// process was stopped past its lease runs its goroutines again before the
+// watchdog's next tick. Its first append is not sent: the lease was last
+// renewed too long ago, so the term ends without touching the log (the CAS
+// and the projections are the defences after this one).
+func TestPausedLeaderSendsNothing(t *testing.T) {
+	log := events.NewMemLog()
+	clk := clock.NewManual(t0)
+	l := newTestLeader(t, "meta-1", log, clk, 1)
+	ctx := ctxT(t)
+	if err := l.startTerm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := log.Tail(ctx)
+	clk.Advance(3 * time.Second) // SIGSTOP for a lease; no renewal
+	rep := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
+	if rep.Error == nil || (rep.Error.Code != client.CodeNotLeader && rep.Error.Code != client.CodeUnavailable) {
+		t.Fatalf("register after a pause past the lease: %+v, want a retryable error (the worker asks the next leader)", rep)
+	}
+	if tail, _ := log.Tail(ctx); tail != before {
+		t.Fatalf("log tail %d after the paused leader's register, want %d (nothing sent)", tail, before)
+	}
+	select {
+	case why := <-l.lost:
+		t.Logf("term ended: %s", why)
+	default:
+		t.Fatal("the paused leader did not end its term")
 	}
 }

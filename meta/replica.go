@@ -295,10 +295,10 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 			f(lctx)
 		}()
 	}
-	var lastRenew atomicTime
+	lastRenew := &l.renewed
 	lastRenew.Store(r.cfg.Clock.Now())
-	start("renew", func(ctx context.Context) { l.renewLoop(ctx, &lastRenew) })
-	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, &lastRenew) })
+	start("renew", func(ctx context.Context) { l.renewLoop(ctx, lastRenew) })
+	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, lastRenew) })
 	start("stepdown", func(ctx context.Context) {
 		select {
 		case <-ctx.Done():

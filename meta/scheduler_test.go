@@ -77,9 +77,9 @@ func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(3 * time.Second)
+	advance(clk, 3*time.Second, l)
 	l.beat(t, "s1")
-	clk.Advance(3 * time.Second)
+	advance(clk, 3*time.Second, l)
 	l.beat(t, "s1")
 	l.pass(t, &mem)
 	v = l.r.proj.View()
