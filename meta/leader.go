@@ -226,6 +226,7 @@ func (l *leaderSession) leaseFresh() error {
 	limit := l.r.cfg.LeaseTTL * 2 / 3
 	if since := l.r.cfg.Clock.Now().Sub(l.renewed.Load()); since > limit {
 		why := fmt.Sprintf("no lease renewal for %s (limit %s)", since.Round(time.Millisecond), limit)
+		l.r.stale.Add(1)
 		l.lose(why)
 		return fmt.Errorf("%w: %s", ErrLeaseLost, why)
 	}

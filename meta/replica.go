@@ -139,11 +139,16 @@ type Replica struct {
 	terms      []TermRecord
 	stepDown   chan struct{}
 	fenced     atomic.Uint64
+	stale      atomic.Uint64 // appends not sent: the lease was last renewed too long ago
 	heartbeats atomic.Uint64
 }
 
 // Fenced counts this replica's appends refused by the CAS.
 func (r *Replica) Fenced() uint64 { return r.fenced.Load() }
+
+// StaleLeaseRefusals counts this replica's appends not sent because its
+// lease was last renewed longer ago than the watchdog allows.
+func (r *Replica) StaleLeaseRefusals() uint64 { return r.stale.Load() }
 
 // Heartbeats counts the worker heartbeats this replica answered as leader.
 func (r *Replica) Heartbeats() uint64 { return r.heartbeats.Load() }
