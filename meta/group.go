@@ -102,7 +102,7 @@ type committer struct {
 	fp            *failpoint.Set
 	appendTimeout time.Duration
 	logger        zerolog.Logger
-	connected     func() error                         // ErrDisconnected while the connection is down
+	mayAppend     func() error                         // ErrDisconnected while the connection is down, ErrLeaseLost once the lease is too old
 	fenced        func(ctx context.Context, err error) // an append was fenced: re-project, maybe lose the term
 	lose          func(reason string)                  // ends the term
 
@@ -126,7 +126,7 @@ func newLeaderCommitter(l *leaderSession) *committer {
 	return &committer{
 		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
 		appendTimeout: cfg.AppendTimeout, logger: l.logger,
-		connected: l.connected, fenced: l.onFenced, lose: l.lose,
+		mayAppend: l.mayAppend, fenced: l.onFenced, lose: l.lose,
 		sem: make(chan struct{}, 1), minPipelined: minPipelined,
 	}
 }
@@ -349,7 +349,7 @@ func (c *committer) combine() *flight {
 	if f.prev != nil {
 		prevID = f.prev.lastID()
 	}
-	if err := c.connected(); err != nil {
+	if err := c.mayAppend(); err != nil {
 		f.pend = events.Done{Last: base, Err: fmt.Errorf("append at seq %d %w: %w", base+1, errNotSent, err)}
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
@@ -600,7 +600,7 @@ func (c *committer) append(ctx context.Context, expected uint64, evs []events.Ev
 	var err error
 	stored := expected
 	for attempt := 0; attempt < attempts; attempt++ {
-		if cerr := c.connected(); cerr != nil {
+		if cerr := c.mayAppend(); cerr != nil {
 			if attempt == 0 && err == nil {
 				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
 			}
