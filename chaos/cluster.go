@@ -3,12 +3,13 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 // Topology is the NATS side of a cluster.
@@ -70,21 +71,17 @@ type Cluster struct {
 	env       []string
 }
 
+// freePorts picks n ports below the ephemeral range (testkit.PickPort):
+// they are bound again after every kill and restart, and a port from the
+// ephemeral range may be some client connection's source port by then.
 func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
 	var out []int
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := testkit.PickPort()
 		if err != nil {
 			return nil, err
 		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+		out = append(out, port)
 	}
 	return out, nil
 }

@@ -178,6 +178,9 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 		if string(key) == string(last) && now.Sub(lastAt) < healthEvery {
 			continue
 		}
+		if err := l.leaseFresh(); err != nil {
+			return // a paused leader publishes nothing; leaseFresh ended the term
+		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := kv.Put(pctx, rec)
 		cancel()

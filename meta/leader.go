@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -49,11 +50,12 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
-	commit  *committer
-	live    *liveness
-	recov   recoveryState
-	sched   *schedState
-	renewed atomicTime // when the lease was last renewed (renewLoop writes it; the watchdog and leaseFresh read it)
+	commit       *committer
+	live         *liveness
+	recov        recoveryState
+	sched        *schedState
+	renewed      atomicTime  // when the last successful renewal was sent (renewLoop writes it; the watchdog and leaseFresh read it)
+	staleCounted atomic.Bool // leaseFresh counted its refusal for this term
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -94,6 +96,9 @@ func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
 			l.lose(fmt.Sprintf("renewal: %v", err))
 			return
 		}
+		// The lease runs from when the renewal was sent, not from when
+		// its answer came back (which may be up to lease/3 later).
+		sent := cfg.Clock.Now()
 		rctx, cancel := context.WithTimeout(ctx, cfg.LeaseTTL/3)
 		err := cfg.Lease.Renew(rctx)
 		cancel()
@@ -103,7 +108,7 @@ func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
 			}
 			return
 		}
-		last.Store(cfg.Clock.Now())
+		last.Store(sent)
 	}
 }
 
@@ -223,7 +228,9 @@ func (l *leaderSession) leaseFresh() error {
 	limit := l.r.cfg.LeaseTTL * 2 / 3
 	if since := l.r.cfg.Clock.Now().Sub(l.renewed.Load()); since > limit {
 		why := fmt.Sprintf("no lease renewal for %s (limit %s)", since.Round(time.Millisecond), limit)
-		l.r.stale.Add(1)
+		if l.staleCounted.CompareAndSwap(false, true) {
+			l.r.stale.Add(1) // once a term: later retries and queued groups are the same refusal
+		}
 		l.lose(why)
 		return fmt.Errorf("%w: %s", ErrLeaseLost, why)
 	}

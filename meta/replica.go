@@ -300,8 +300,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 			f(lctx)
 		}()
 	}
-	lastRenew := &l.renewed
-	lastRenew.Store(r.cfg.Clock.Now())
+	lastRenew := &l.renewed // stored when the session was made, right after Acquire
 	start("renew", func(ctx context.Context) { l.renewLoop(ctx, lastRenew) })
 	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, lastRenew) })
 	start("stepdown", func(ctx context.Context) {

@@ -231,6 +231,13 @@ func (l *leaderSession) runExec(ctx context.Context, x sched.Exec) sched.Result 
 			return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
 		}
 	}
+	// The same check as before every append: a leader resumed after a
+	// pause past its lease sends no config change (the store's fence
+	// refuses it only once it has folded the new term.started). Not sent,
+	// so an error, not an unknown outcome.
+	if err := l.leaseFresh(); err != nil {
+		return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
+	}
 	timeout := max(x.Deadline.Sub(l.r.cfg.Clock.Now()), time.Second)
 	ectx, cancel := context.WithTimeout(ctx, timeout)
 	rep, err := l.exec(ectx, x.Store, x.Req)

@@ -9,6 +9,7 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -51,14 +52,23 @@ var (
 // when the first port is not listened on yet).
 func FreePort(t testing.TB) int {
 	t.Helper()
+	port, err := PickPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// PickPort is FreePort for code without a testing.TB (the chaos
+// harness): a loopback port below the kernel's ephemeral range (32768-60999
+// here), free a moment ago and never handed out before by this process. A
+// port from the ephemeral range is free only until the next connect or
+// `Port: -1` listener of any test (a parallel package's included) takes it,
+// between this check and the server's own bind, or a restarted process's
+// re-bind; random, so that two test processes rarely try the same one.
+func PickPort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	// Below the kernel's ephemeral range (32768-60999 here): a port taken
-	// from the ephemeral range is free only until the next connect or
-	// `Port: -1` listener of any test (a parallel package's included)
-	// takes it, between this check and the server's own bind; a cluster
-	// route port chosen ahead must stay free. Random, so that two test
-	// processes rarely try the same one.
 	for range 1000 {
 		port := 20000 + rand.IntN(12000)
 		if handed[port] {
@@ -70,10 +80,9 @@ func FreePort(t testing.TB) int {
 		}
 		ln.Close()
 		handed[port] = true
-		return port
+		return port, nil
 	}
-	t.Fatal("no free port in 20000-31999")
-	return 0
+	return 0, errors.New("testkit: no free port in 20000-31999")
 }
 
 // FreeAddr is FreePort as a 127.0.0.1:port address.
