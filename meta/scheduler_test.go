@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,5 +98,25 @@ func TestSchedulerBootstrapsObservesAndMarksDown(t *testing.T) {
 	l.pass(t, &mem)
 	if got := l.r.proj.View().Stores["s2"].State; got != events.StoreUp {
 		t.Fatalf("s2 after heartbeat is %s, want up", got)
+	}
+}
+
+// A leader resumed after a pause past its lease sends no config change:
+// runExec refuses before the request (an error, not an unknown outcome)
+// and the term ends, as for appends.
+func TestPausedLeaderSendsNoExec(t *testing.T) {
+	clk := clock.NewManual(t0)
+	l := schedLeader(t, clk)
+	clk.Advance(3 * time.Second) // SIGSTOP for a lease; no renewal
+	x := sched.Exec{Store: "s1", Req: client.ExecRequest{Op: client.ExecRemove, Shard: 1, Replica: 3}, Deadline: clk.Now().Add(5 * time.Second)}
+	res := l.runExec(ctxT(t), x)
+	if res.Reply.Outcome != client.OutcomeError || !strings.Contains(res.Reply.Error, "lease lost") {
+		t.Fatalf("exec after a pause past the lease: %+v, want an error naming the lost lease (nothing sent)", res.Reply)
+	}
+	select {
+	case why := <-l.lost:
+		t.Logf("term ended: %s", why)
+	default:
+		t.Fatal("the paused leader did not end its term")
 	}
 }
