@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/chaos/netns"
 )
 
 var (
@@ -28,6 +30,7 @@ var (
 	flagFresh     = flag.Int("fresh-every", 0, "start a fresh cluster every N schedules (0: one cluster per topology) [$TERMLOG_CHAOS_FRESH_EVERY]")
 	flagKeepGoing = flag.Bool("keep-going", false, "after a failing schedule, go on with a fresh cluster instead of stopping the topology (long runs) [$TERMLOG_CHAOS_KEEP_GOING]")
 	flagRace      = flag.Bool("race-bin", raceEnabled, "build the binary with -race (default: when the test runs with -race) [$TERMLOG_CHAOS_RACE]")
+	flagNetns     = flag.String("netns", "auto", "run every role in a network namespace of its own and draw partition faults too: on, off, or auto (on where this process may build namespaces: root and iproute2) [$TERMLOG_CHAOS_NETNS]")
 )
 
 func TestMain(m *testing.M) {
@@ -76,6 +79,31 @@ func setFromEnv(t *testing.T) {
 	if !set["race-bin"] {
 		env("TERMLOG_CHAOS_RACE", flagRace, strconv.ParseBool)
 	}
+	if !set["netns"] {
+		env("TERMLOG_CHAOS_NETNS", flagNetns, id)
+	}
+}
+
+// useNetns resolves -netns: whether the clusters run in namespaces, and
+// why (for the log).
+func useNetns(t *testing.T) (bool, string) {
+	why := netns.Available()
+	switch *flagNetns {
+	case "off":
+		return false, "-netns off: roles on 127.0.0.1, no partition faults"
+	case "on":
+		if why != nil {
+			t.Fatalf("-netns on: %v", why)
+		}
+		return true, "-netns on: roles in network namespaces, partition faults drawn"
+	case "auto", "":
+		if why != nil {
+			return false, fmt.Sprintf("-netns auto: roles on 127.0.0.1, no partition faults (%v)", why)
+		}
+		return true, "-netns auto: roles in network namespaces, partition faults drawn"
+	}
+	t.Fatalf("-netns %q: want on, off or auto", *flagNetns)
+	return false, ""
 }
 
 // binary is TERMLOG_BIN, or the binary built once into dir.
@@ -98,6 +126,7 @@ func binary(t *testing.T, dir string) string {
 // Summary is a run's numbers (written to <dir>/summary.json).
 type Summary struct {
 	Seed       uint64           `json:"seed"`
+	Netns      bool             `json:"netns"`
 	Schedules  map[Topology]int `json:"schedules"`
 	Faults     map[Fault]int    `json:"faults"`
 	Violations []string         `json:"violations"`
@@ -138,19 +167,20 @@ func TestChaos(t *testing.T) {
 	} else if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("chaos: seed %d, %d schedules per topology %v, logs under %s", seed, n, tops, root)
+	ns, why := useNetns(t)
+	t.Logf("chaos: seed %d, %d schedules per topology %v, logs under %s; %s", seed, n, tops, root, why)
 	bin := binary(t, root)
 
 	// Ctrl-C (or SIGTERM) ends the run between steps and stops every
 	// process it started, instead of leaving the roles running.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sum := Summary{Seed: seed, Schedules: map[Topology]int{}, Faults: map[Fault]int{}}
+	sum := Summary{Seed: seed, Netns: ns, Schedules: map[Topology]int{}, Faults: map[Fault]int{}}
 	var recov []time.Duration
 	failed := false
 	for _, top := range tops {
 		t.Run(string(top), func(t *testing.T) {
-			ok := runTopology(ctx, t, bin, root, top, seed, n, &sum, &recov)
+			ok := runTopology(ctx, t, bin, root, top, ns, seed, n, &sum, &recov)
 			if !ok {
 				failed = true
 			}
@@ -183,7 +213,7 @@ func TestChaos(t *testing.T) {
 // runTopology runs n schedules on a cluster of one topology (a fresh
 // cluster every -fresh-every schedules); it stops at the first failing
 // schedule and reports whether all passed.
-func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topology, seed uint64, n int, sum *Summary, recov *[]time.Duration) bool {
+func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topology, ns bool, seed uint64, n int, sum *Summary, recov *[]time.Duration) bool {
 	var (
 		c      *Cluster
 		r      *Runner
@@ -195,7 +225,9 @@ func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topolo
 				r.Close()
 			}
 			if c != nil {
-				c.Stop()
+				if err := c.Stop(); err != nil {
+					t.Errorf("stopping %s cluster %d: %v", top, gen, err)
+				}
 			}
 			c, r = nil, nil
 		}
@@ -211,6 +243,7 @@ func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topolo
 			closeC()
 			gen++
 			cfg := DefaultConfig(bin, filepath.Join(tdir, fmt.Sprintf("cluster-%d", gen)), top)
+			cfg.Netns = ns
 			var err error
 			c, err = NewCluster(ctx, cfg)
 			if err != nil {
@@ -249,8 +282,8 @@ func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topolo
 				sum.Violations = append(sum.Violations, fmt.Sprintf("%s seed %d: %s", top, s.Seed, v))
 			}
 			sum.Failed = append(sum.Failed, fmt.Sprintf("%s seed %d (schedule %d of run seed %d): %s, process logs %s", top, s.Seed, i, seed, dir, c.LogDir()))
-			t.Errorf("%s schedule %d FAILED: %s\n  %d violations:\n    %s\n  steps, export and history: %s\n  process logs: %s\n  reproduce: go test ./chaos -run 'TestChaos/%s' -args -seed %d -schedules %d -topology %s   (or -seed %d -schedules 1 for this schedule alone on a fresh cluster)",
-				top, i, s, len(res.Violations), joinViolations(res.Violations), dir, c.LogDir(), top, seed, i+1, top, s.Seed)
+			t.Errorf("%s schedule %d FAILED: %s\n  %d violations:\n    %s\n  steps, export and history: %s\n  process logs: %s\n  reproduce: go test ./chaos -run 'TestChaos/%s' -args -seed %d -schedules %d -topology %s -netns %s   (or -seed %d -schedules 1 for this schedule alone on a fresh cluster)",
+				top, i, s, len(res.Violations), joinViolations(res.Violations), dir, c.LogDir(), top, seed, i+1, top, onOff(ns), s.Seed)
 			ok = false
 			if !*flagKeepGoing {
 				return false
@@ -298,4 +331,11 @@ func joinViolations(vs []Violation) string {
 		s = append(s, v.String())
 	}
 	return strings.Join(s, "\n    ")
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -2,12 +2,17 @@ package chaos
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/projections"
 )
 
 // The checks are pure functions over what the runner collected from the
@@ -321,4 +326,90 @@ func lastLines(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, " | ")
+}
+
+// CheckQuorum names QuorumKept's violations.
+const CheckQuorum = "config-change-quorum"
+
+// QuorumKept folds an export (JSONL) and checks the scheduler's quorum rule from
+// the outside at every operator start and change intent: the shard's
+// membership has a quorum of replicas on stores not marked down, and so
+// has the membership after the change (a replica being added does not run
+// yet). The scheduler's own notion of running is stricter (a fresh report
+// from a live store), so a change it may make always passes here.
+func QuorumKept(export io.Reader) ([]Violation, error) {
+	r := events.NewJSONLReader(export)
+	st := projections.New()
+	var out []Violation
+	live := func(sh *projections.Shard, ids []uint64) int {
+		n := 0
+		for _, id := range ids {
+			store, ok := sh.Members[id]
+			if !ok {
+				continue // the replica being added
+			}
+			if s := st.Stores[store]; s != nil && s.State != events.StoreDown && s.State != events.StoreTombstone {
+				n++
+			}
+		}
+		return n
+	}
+	members := func(sh *projections.Shard) []uint64 {
+		var ids []uint64
+		for id := range sh.Members {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	check := func(ev events.Event, shard, remove uint64, add bool) {
+		sh := st.Shards[shard]
+		if sh == nil {
+			return
+		}
+		before := members(sh)
+		if n, need := live(sh, before), len(before)/2+1; n < need {
+			out = append(out, Violation{CheckQuorum, fmt.Sprintf("seq %d %s on shard %d: %d of %d members on live stores, a change needs %d (members %v, stores %v)",
+				ev.Seq, ev.Type(), shard, n, len(before), need, sh.Members, storeStates(st))})
+			return
+		}
+		after := slices.DeleteFunc(slices.Clone(before), func(id uint64) bool { return id == remove })
+		if add {
+			after = append(after, 0) // the new replica: not running yet
+		}
+		if n, need := live(sh, after), len(after)/2+1; n < need {
+			out = append(out, Violation{CheckQuorum, fmt.Sprintf("seq %d %s on shard %d: after it %d of %d members would run on live stores, quorum is %d (members %v, stores %v)",
+				ev.Seq, ev.Type(), shard, n, len(after), need, sh.Members, storeStates(st))})
+		}
+	}
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		// Only events of the current term are applied (a stale one is
+		// rejected, and OneWriterPerTerm reports it).
+		if ev.Term == st.Term {
+			switch d := ev.Data.(type) {
+			case events.OperatorStarted:
+				check(ev, d.Shard, d.Remove, d.Add != "")
+			case events.ShardReplicaRemoving:
+				check(ev, d.Shard, d.Replica, false)
+			case events.ShardReplicaAdding:
+				check(ev, d.Shard, 0, true)
+			}
+		}
+		st.Apply(ev)
+	}
+}
+
+func storeStates(st *projections.State) string {
+	var s []string
+	for _, id := range sortedKeys(st.Stores) {
+		s = append(s, id+"="+st.Stores[id].State)
+	}
+	return strings.Join(s, " ")
 }

@@ -1,12 +1,17 @@
 package chaos
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/termlog/termlog/events"
 )
 
 // Each check passes on data from a real run and fails on the same data
@@ -237,30 +242,98 @@ func TestRecovered(t *testing.T) {
 }
 
 func TestGenerateIsSeeded(t *testing.T) {
-	cfg := DefaultConfig("termlog", "", R3)
-	a, b := Generate(42, cfg), Generate(42, cfg)
-	if a.String() != b.String() {
-		t.Fatalf("same seed, two schedules:\n%s\n%s", a, b)
-	}
-	seen := map[Fault]bool{}
-	for s := range uint64(200) {
-		sc := Generate(s, cfg)
-		if len(sc.Steps) < 1 || len(sc.Steps) > 3 {
-			t.Fatalf("seed %d: %d steps", s, len(sc.Steps))
+	for _, netns := range []bool{false, true} {
+		cfg := DefaultConfig("termlog", "", R3)
+		cfg.Netns = netns
+		a, b := Generate(42, cfg), Generate(42, cfg)
+		if a.String() != b.String() {
+			t.Fatalf("same seed, two schedules:\n%s\n%s", a, b)
 		}
-		for _, st := range sc.Steps {
-			seen[st.Fault] = true
-			if (st.Fault == MetaLeaderKill || st.Fault == MetaLeaderPause) && st.Hold <= cfg.Lease {
-				t.Errorf("seed %d: %s held %s, not past the lease %s", s, st.Fault, st.Hold, cfg.Lease)
+		seen := map[Fault]bool{}
+		for s := range uint64(300) {
+			sc := Generate(s, cfg)
+			if len(sc.Steps) < 1 || len(sc.Steps) > 3 {
+				t.Fatalf("seed %d: %d steps", s, len(sc.Steps))
+			}
+			for _, st := range sc.Steps {
+				seen[st.Fault] = true
+				if (st.Fault == MetaLeaderKill || st.Fault == MetaLeaderPause || st.Fault == PartitionMetaLeader) && st.Hold <= cfg.Lease {
+					t.Errorf("seed %d: %s held %s, not past the lease %s", s, st.Fault, st.Hold, cfg.Lease)
+				}
 			}
 		}
-	}
-	for _, f := range Faults {
-		if !seen[f] {
-			t.Errorf("200 seeds never drew %s", f)
+		want := ProcessFaults
+		if netns {
+			want = Faults
+		}
+		for _, f := range Faults {
+			if seen[f] != slices.Contains(want, f) {
+				t.Errorf("netns %v: 300 seeds drew %s: %v", netns, f, seen[f])
+			}
+		}
+		if reflect.DeepEqual(Generate(1, cfg).Steps, Generate(2, cfg).Steps) {
+			t.Error("seeds 1 and 2 give the same schedule")
 		}
 	}
-	if reflect.DeepEqual(Generate(1, cfg).Steps, Generate(2, cfg).Steps) {
-		t.Error("seeds 1 and 2 give the same schedule")
+}
+
+// QuorumKept on doctored exports: a replacement with 2 of 3 members on
+// live stores passes; a change with 1 of 2 (or 1 of 3) is reported.
+func TestQuorumKeptDoctored(t *testing.T) {
+	base := func() []events.Payload {
+		return []events.Payload{
+			events.TermStarted{Term: 1, Leader: "meta-1"},
+			events.StoreRegistered{Store: "s1", Incarnation: "a", RaftAddr: "10.231.0.5:63001"},
+			events.StoreRegistered{Store: "s2", Incarnation: "b", RaftAddr: "10.231.0.6:63001"},
+			events.StoreRegistered{Store: "s3", Incarnation: "c", RaftAddr: "10.231.0.7:63001"},
+			events.ShardCreated{Shard: 1, Replicas: map[uint64]string{1: "s1", 2: "s2", 3: "s3"}},
+			events.StoreState{Store: "s1", State: events.StoreDown},
+		}
+	}
+	write := func(ps []events.Payload) io.Reader {
+		var b bytes.Buffer
+		for i, p := range ps {
+			if err := events.WriteJSONL(&b, events.Event{Seq: uint64(i + 1), Term: 1, Writer: "meta-1", At: time.Unix(int64(i), 0).UTC(), Data: p}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &b
+	}
+	remove1 := []events.Payload{
+		events.OperatorStarted{Op: "op-1", Shard: 1, Steps: []string{"remove replica 1 from s1"}, Remove: 1},
+		events.ShardReplicaRemoving{Shard: 1, Replica: 1, Store: "s1", CCID: 5, Op: "op-1"},
+		events.ShardReplicaRemoved{Shard: 1, Replica: 1, Store: "s1", CCID: 6, Op: "op-1"},
+	}
+	for name, c := range map[string]struct {
+		ps   []events.Payload
+		want []string // seqs reported
+	}{
+		"replace a down store's replica with 2 of 3 live": {append(base(), remove1...), nil},
+		"then a second store down, nothing changes":       {append(append(base(), remove1...), events.StoreState{Store: "s2", State: events.StoreDown}), nil},
+		"remove with 1 of 2 live": {append(append(base(), remove1...),
+			events.StoreState{Store: "s2", State: events.StoreDown},
+			events.OperatorStarted{Op: "op-2", Shard: 1, Remove: 2},
+			events.ShardReplicaRemoving{Shard: 1, Replica: 2, Store: "s2", CCID: 7, Op: "op-2"}), []string{"seq 11 operator.started", "seq 12 shard.replica.removing"}},
+		"add with 2 of 3 live, 2 of 4 after": {append(base(),
+			events.StoreRegistered{Store: "s4", Incarnation: "d", RaftAddr: "10.231.0.8:63001"},
+			events.ShardReplicaAdding{Shard: 1, Replica: 4, Store: "s4", CCID: 5, Op: "op-3"}), []string{"seq 8 shard.replica.adding"}},
+		"remove with 1 of 3 live": {append(base(),
+			events.StoreState{Store: "s2", State: events.StoreDown},
+			events.OperatorStarted{Op: "op-2", Shard: 1, Remove: 1}), []string{"seq 8 operator.started"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			vs, err := QuorumKept(write(c.ps))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(vs) != len(c.want) {
+				t.Fatalf("got %d violations %v, want %v", len(vs), vs, c.want)
+			}
+			for i, v := range vs {
+				if v.Check != CheckQuorum || !strings.HasPrefix(v.Detail, c.want[i]) {
+					t.Errorf("violation %d: %s, want %q...", i, v, c.want[i])
+				}
+			}
+		})
 	}
 }

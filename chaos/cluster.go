@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/internal/testkit"
 )
 
@@ -46,6 +47,12 @@ type Config struct {
 	Lease         time.Duration
 	WorkerTimeout time.Duration
 	StoreTimeout  time.Duration
+
+	// Netns runs every role in a network namespace of its own (chaos/netns:
+	// each NATS node, meta and store in one, the workers, probes and read
+	// commands in a "client" one), so schedules can cut links between them:
+	// the partition faults are drawn only then.
+	Netns bool
 }
 
 // DefaultConfig is the short-lease cluster the suite runs.
@@ -69,7 +76,27 @@ type Cluster struct {
 	Metrics   map[string]string // proc name -> metrics host:port
 	natsPorts []int
 	env       []string
+
+	// Netns mode: the net, each process's node (workers share "client"),
+	// and the relays that make the NATS nodes reachable on their
+	// namespace's address.
+	Net    *netns.Net
+	nodes  map[string]*netns.Node
+	relays []*netns.Relay
 }
+
+// In Netns mode every namespace has its own loopback and address, so the
+// ports are fixed.
+const (
+	nsNATSPort    = 4222
+	nsClusterPort = 6221 // + node index
+	nsRaftPort    = 63001
+	nsEndpoint    = 5688 // + worker index, on the client's address
+	nsMetrics     = 9464 // + worker index in the client namespace; 127.0.0.1 inside each role's namespace
+)
+
+// ClientNode is the namespace of the workers, probes and read commands.
+const ClientNode = "client"
 
 // freePorts picks n ports below the ephemeral range (testkit.PickPort):
 // they are bound again after every kill and restart, and a port from the
@@ -89,6 +116,9 @@ func freePorts(n int) ([]int, error) {
 // NewCluster lays out a cluster: keys, ports, dirs and the processes'
 // command lines. Nothing runs until Start.
 func NewCluster(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Netns {
+		return newNSCluster(ctx, cfg)
+	}
 	c := &Cluster{Cfg: cfg, Endpoints: map[string]string{}, StoreIDs: map[string]string{}, Metrics: map[string]string{}}
 	logs := filepath.Join(cfg.Dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
@@ -193,6 +223,12 @@ func (c *Cluster) Start() error {
 // Heal resumes every paused process and starts every one that is not
 // running (killed, or exited by itself: that exit is in its log).
 func (c *Cluster) Heal() (restarted []string, err error) {
+	if c.Net != nil {
+		// Every link too (a step that failed half-way may have left a cut).
+		if err := c.Net.Heal(context.Background()); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range c.All() {
 		if p.Paused() {
 			if err := p.Resume(); err != nil {
@@ -211,8 +247,13 @@ func (c *Cluster) Heal() (restarted []string, err error) {
 }
 
 // Stop ends every process: roles with SIGTERM first (workers deregister,
-// stores drain), NATS last.
-func (c *Cluster) Stop() {
+// stores drain), NATS last; then it tears a Netns cluster's net down.
+func (c *Cluster) Stop() error {
+	c.stopProcs()
+	return c.closeNet()
+}
+
+func (c *Cluster) stopProcs() {
 	for _, g := range [][]*Proc{c.Workers, c.Stores, c.Metas, c.NATS} {
 		done := make(chan struct{}, len(g))
 		for _, p := range g {

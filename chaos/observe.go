@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +36,9 @@ type CmdResult struct {
 func (c *Cluster) Run(ctx context.Context, args ...string) (CmdResult, error) {
 	r := CmdResult{Args: args}
 	cmd := exec.CommandContext(ctx, c.Cfg.Bin, args...)
+	if nd := c.Node(ClientNode); nd != nil {
+		cmd = nd.Command(ctx, c.Cfg.Bin, args...)
+	}
 	cmd.Env = append(os.Environ(), c.env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -206,8 +210,9 @@ type ReplicaKey struct {
 
 // StoreReplicas scrapes a store's /metrics for the replicas its NodeHost
 // runs (termlog_store_replica_running{shard,replica}).
-func StoreReplicas(ctx context.Context, addr string) ([]ReplicaKey, error) {
-	fams, err := scrapeMetrics(ctx, addr)
+func (c *Cluster) StoreReplicas(ctx context.Context, name string) ([]ReplicaKey, error) {
+	addr := c.Metrics[name]
+	fams, err := c.scrape(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +220,7 @@ func StoreReplicas(ctx context.Context, addr string) ([]ReplicaKey, error) {
 	f, ok := fams["termlog_store_replica_running"]
 	if !ok {
 		if _, ok := fams["termlog_store_replicas_running"]; !ok {
-			return nil, fmt.Errorf("%s: no store metrics", addr)
+			return nil, fmt.Errorf("%s (%s): no store metrics", name, addr)
 		}
 		return nil, nil
 	}
@@ -238,8 +243,8 @@ func StoreReplicas(ctx context.Context, addr string) ([]ReplicaKey, error) {
 }
 
 // MetaLeading scrapes a meta replica's termlog_meta_is_leader and term.
-func MetaLeading(ctx context.Context, addr string) (leading bool, term uint64, err error) {
-	fams, err := scrapeMetrics(ctx, addr)
+func (c *Cluster) MetaLeading(ctx context.Context, name string) (leading bool, term uint64, err error) {
+	fams, err := c.scrape(ctx, name)
 	if err != nil {
 		return false, 0, err
 	}
@@ -256,14 +261,26 @@ func MetaLeading(ctx context.Context, addr string) (leading bool, term uint64, e
 // nothing outlives it.
 var scrapeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
-func scrapeMetrics(ctx context.Context, addr string) (map[string]*dto.MetricFamily, error) {
+// scrape reads process name's /metrics: on 127.0.0.1, or in Netns mode
+// dialled inside the process's own namespace (its loopback, which no cut
+// reaches).
+func (c *Cluster) scrape(ctx context.Context, name string) (map[string]*dto.MetricFamily, error) {
+	hc := scrapeClient
+	if nd := c.Node(name); nd != nil {
+		hc = &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return nd.Dial(ctx, addr) }}}
+	}
+	return scrapeMetrics(ctx, hc, c.Metrics[name])
+}
+
+func scrapeMetrics(ctx context.Context, hc *http.Client, addr string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := scrapeClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -27,17 +25,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/chaos/history"
 	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/events"
-	"github.com/termlog/termlog/meta/client"
-	"github.com/termlog/termlog/natsserver"
-	"github.com/termlog/termlog/projections"
 )
 
 const (
@@ -202,44 +195,18 @@ func (c *pcluster) cutFromNATS(ctx context.Context, name string) {
 	}
 }
 
-// nsDialer dials NATS from inside a namespace (every reconnect too).
-type nsDialer struct{ nd *netns.Node }
-
-func (d nsDialer) Dial(_, addr string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return d.nd.Dial(ctx, addr)
-}
-
 // startProbes runs n probe workers (chaos.Probe: every RPC recorded with
 // its invoke and return) from the client namespace: their NATS connection
 // and their control-stream listener live there.
 func (c *pcluster) startProbes(auth, urls string, n int) error {
-	nd := c.node("client")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	c.stopProbes = func() { cancel(); wg.Wait() }
 	for i := 1; i <= n; i++ {
-		name := fmt.Sprintf("probe-%d", i)
-		opts, err := natsserver.RoleOptions(auth, natsserver.RoleWorker)
+		p, err := newProbe(fmt.Sprintf("partition-probe-%d", i), auth, strings.Split(urls, ","), c.node("client"), uint64(i), c.ops)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, nats.Name("partition-"+name), nats.SetCustomDialer(nsDialer{nd}), nats.MaxReconnects(-1),
-			nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
-		nc, err := nats.Connect(urls, opts...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		p := &Probe{Name: name, nc: nc, rec: c.ops, rng: rand.New(rand.NewPCG(uint64(i), 7))}
-		if err := nd.Do(func() (err error) {
-			p.agent, err = client.ListenAgent(net.JoinHostPort(nd.IP, "0"), zerolog.Nop(), p.Ref)
-			return err
-		}); err != nil {
-			nc.Close()
-			return err
-		}
-		p.Endpoint = p.agent.Addr()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -462,7 +429,12 @@ func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 		logs[p.Name] = string(b)
 	}
 	vs = append(vs, NoPanics(logs)...)
-	qv, err := quorumKept(path)
+	qf, err := os.Open(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	qv, err := QuorumKept(qf)
+	qf.Close()
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -480,97 +452,6 @@ func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 		c.t.Errorf("%s: %s", label, v)
 	}
 	return evs
-}
-
-// CheckQuorum names quorumKept's violations.
-const CheckQuorum = "config-change-quorum"
-
-// quorumKept folds an export and checks the scheduler's quorum rule from
-// the outside at every operator start and change intent: the shard's
-// membership has a quorum of replicas on stores not marked down, and so
-// has the membership after the change (a replica being added does not run
-// yet). The scheduler's own notion of running is stricter (a fresh report
-// from a live store), so a change it may make always passes here.
-func quorumKept(path string) ([]Violation, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r := events.NewJSONLReader(f)
-	st := projections.New()
-	var out []Violation
-	live := func(sh *projections.Shard, ids []uint64) int {
-		n := 0
-		for _, id := range ids {
-			store, ok := sh.Members[id]
-			if !ok {
-				continue // the replica being added
-			}
-			if s := st.Stores[store]; s != nil && s.State != events.StoreDown && s.State != events.StoreTombstone {
-				n++
-			}
-		}
-		return n
-	}
-	members := func(sh *projections.Shard) []uint64 {
-		var ids []uint64
-		for id := range sh.Members {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		return ids
-	}
-	check := func(ev events.Event, shard, remove uint64, add bool) {
-		sh := st.Shards[shard]
-		if sh == nil {
-			return
-		}
-		before := members(sh)
-		if n, need := live(sh, before), len(before)/2+1; n < need {
-			out = append(out, Violation{CheckQuorum, fmt.Sprintf("seq %d %s on shard %d: %d of %d members on live stores, a change needs %d (members %v, stores %v)",
-				ev.Seq, ev.Type(), shard, n, len(before), need, sh.Members, storeStates(st))})
-			return
-		}
-		after := slices.DeleteFunc(slices.Clone(before), func(id uint64) bool { return id == remove })
-		if add {
-			after = append(after, 0) // the new replica: not running yet
-		}
-		if n, need := live(sh, after), len(after)/2+1; n < need {
-			out = append(out, Violation{CheckQuorum, fmt.Sprintf("seq %d %s on shard %d: after it %d of %d members would run on live stores, quorum is %d (members %v, stores %v)",
-				ev.Seq, ev.Type(), shard, n, len(after), need, sh.Members, storeStates(st))})
-		}
-	}
-	for {
-		ev, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		// Only events of the current term are applied (a stale one is
-		// rejected, and OneWriterPerTerm reports it).
-		if ev.Term == st.Term {
-			switch d := ev.Data.(type) {
-			case events.OperatorStarted:
-				check(ev, d.Shard, d.Remove, d.Add != "")
-			case events.ShardReplicaRemoving:
-				check(ev, d.Shard, d.Replica, false)
-			case events.ShardReplicaAdding:
-				check(ev, d.Shard, 0, true)
-			}
-		}
-		st.Apply(ev)
-	}
-}
-
-func storeStates(st *projections.State) string {
-	var s []string
-	for _, id := range sortedKeys(st.Stores) {
-		s = append(s, id+"="+st.Stores[id].State)
-	}
-	return strings.Join(s, " ")
 }
 
 // TestPartitions runs the partition scenarios on a cluster per topology
@@ -915,70 +796,5 @@ func storeCutFromPeers(ctx context.Context, c *pcluster) {
 	}
 	if !moved {
 		t.Errorf("no shard.observed names a leader on %v", peers)
-	}
-}
-
-// quorumKept on doctored exports: a replacement with 2 of 3 members on
-// live stores passes; a change with 1 of 2 (or 1 of 3) is reported.
-func TestQuorumKeptDoctored(t *testing.T) {
-	base := func() []events.Payload {
-		return []events.Payload{
-			events.TermStarted{Term: 1, Leader: "meta-1"},
-			events.StoreRegistered{Store: "s1", Incarnation: "a", RaftAddr: "10.231.0.5:63001"},
-			events.StoreRegistered{Store: "s2", Incarnation: "b", RaftAddr: "10.231.0.6:63001"},
-			events.StoreRegistered{Store: "s3", Incarnation: "c", RaftAddr: "10.231.0.7:63001"},
-			events.ShardCreated{Shard: 1, Replicas: map[uint64]string{1: "s1", 2: "s2", 3: "s3"}},
-			events.StoreState{Store: "s1", State: events.StoreDown},
-		}
-	}
-	write := func(ps []events.Payload) string {
-		var b bytes.Buffer
-		for i, p := range ps {
-			if err := events.WriteJSONL(&b, events.Event{Seq: uint64(i + 1), Term: 1, Writer: "meta-1", At: time.Unix(int64(i), 0).UTC(), Data: p}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		path := filepath.Join(t.TempDir(), "export.jsonl")
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	remove1 := []events.Payload{
-		events.OperatorStarted{Op: "op-1", Shard: 1, Steps: []string{"remove replica 1 from s1"}, Remove: 1},
-		events.ShardReplicaRemoving{Shard: 1, Replica: 1, Store: "s1", CCID: 5, Op: "op-1"},
-		events.ShardReplicaRemoved{Shard: 1, Replica: 1, Store: "s1", CCID: 6, Op: "op-1"},
-	}
-	for name, c := range map[string]struct {
-		ps   []events.Payload
-		want []string // seqs reported
-	}{
-		"replace a down store's replica with 2 of 3 live": {append(base(), remove1...), nil},
-		"then a second store down, nothing changes":       {append(append(base(), remove1...), events.StoreState{Store: "s2", State: events.StoreDown}), nil},
-		"remove with 1 of 2 live": {append(append(base(), remove1...),
-			events.StoreState{Store: "s2", State: events.StoreDown},
-			events.OperatorStarted{Op: "op-2", Shard: 1, Remove: 2},
-			events.ShardReplicaRemoving{Shard: 1, Replica: 2, Store: "s2", CCID: 7, Op: "op-2"}), []string{"seq 11 operator.started", "seq 12 shard.replica.removing"}},
-		"add with 2 of 3 live, 2 of 4 after": {append(base(),
-			events.StoreRegistered{Store: "s4", Incarnation: "d", RaftAddr: "10.231.0.8:63001"},
-			events.ShardReplicaAdding{Shard: 1, Replica: 4, Store: "s4", CCID: 5, Op: "op-3"}), []string{"seq 8 shard.replica.adding"}},
-		"remove with 1 of 3 live": {append(base(),
-			events.StoreState{Store: "s2", State: events.StoreDown},
-			events.OperatorStarted{Op: "op-2", Shard: 1, Remove: 1}), []string{"seq 8 operator.started"}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			vs, err := quorumKept(write(c.ps))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(vs) != len(c.want) {
-				t.Fatalf("got %d violations %v, want %v", len(vs), vs, c.want)
-			}
-			for i, v := range vs {
-				if v.Check != CheckQuorum || !strings.HasPrefix(v.Detail, c.want[i]) {
-					t.Errorf("violation %d: %s, want %q...", i, v, c.want[i])
-				}
-			}
-		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/natsserver"
 )
@@ -46,26 +48,55 @@ type Probe struct {
 func (p *Probe) Quiet(q bool) { p.quiet.Store(q) }
 
 // NewProbe connects a probe with the worker role's key and listens on a
-// free port of 127.0.0.1.
+// free port of 127.0.0.1, or in Netns mode of the client namespace (its
+// NATS connection dialled from there too).
 func NewProbe(c *Cluster, name string, seed uint64, rec Recorder) (*Probe, error) {
-	opts, err := natsserver.RoleOptions(c.Auth, natsserver.RoleWorker)
+	return newProbe(name, c.Auth, c.URLs, c.Node(ClientNode), seed, rec)
+}
+
+// newProbe is NewProbe for any cluster: its NATS URLs and keys, and the
+// namespace it runs in (nil: the host's 127.0.0.1).
+func newProbe(name, auth string, urls []string, nd *netns.Node, seed uint64, rec Recorder) (*Probe, error) {
+	opts, err := natsserver.RoleOptions(auth, natsserver.RoleWorker)
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, nats.Name("chaos-"+name), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
-		nats.ReconnectBufSize(-1))
-	nc, err := nats.Connect(strings.Join(c.URLs, ","), opts...)
+	opts = append(opts, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		nats.ReconnectBufSize(-1), nats.RetryOnFailedConnect(true))
+	listen := "127.0.0.1:0"
+	if nd != nil {
+		opts = append(opts, nats.SetCustomDialer(nsDialer{nd}))
+		listen = net.JoinHostPort(nd.IP, "0")
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("probe %s: %w", name, err)
 	}
 	p := &Probe{Name: name, nc: nc, rec: rec, rng: rand.New(rand.NewPCG(seed, 7))}
-	p.agent, err = client.ListenAgent("127.0.0.1:0", zerolog.Nop(), p.Ref)
+	listenAgent := func() (err error) {
+		p.agent, err = client.ListenAgent(listen, zerolog.Nop(), p.Ref)
+		return err
+	}
+	if nd != nil {
+		err = nd.Do(listenAgent)
+	} else {
+		err = listenAgent()
+	}
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	p.Endpoint = p.agent.Addr()
 	return p, nil
+}
+
+// nsDialer dials NATS from inside a namespace (every reconnect too).
+type nsDialer struct{ nd *netns.Node }
+
+func (d nsDialer) Dial(_, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return d.nd.Dial(ctx, addr)
 }
 
 // Ref is the probe's current registration.

@@ -45,8 +45,10 @@ func (p *Proc) Start() error {
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a signal to the test's group (Ctrl-C) does not
-	// reach the roles twice, and they are ended by the harness only.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// reach the roles twice, and they are ended by the harness only. If the
+	// harness dies without ending them (a test binary killed by its
+	// timeout), the kernel kills them: no role outlives its run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: start: %w", p.Name, err)

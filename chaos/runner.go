@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,6 +44,9 @@ type Result struct {
 
 // StartProbes starts n probe workers recording into r.Rec.
 func (r *Runner) StartProbes(n int, seed uint64) error {
+	if r.stop != nil {
+		return errors.New("chaos: probes already started (Close first)")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	for i := range n {
@@ -66,6 +70,7 @@ func (r *Runner) Close() {
 		r.stop()
 	}
 	r.wg.Wait()
+	r.stop, r.probes = nil, nil
 }
 
 func (r *Runner) quiet(q bool) {
@@ -125,7 +130,7 @@ func (r *Runner) liveStores() []string {
 func (r *Runner) storeReplicas(ctx context.Context) (map[string][]ReplicaKey, error) {
 	out := map[string][]ReplicaKey{}
 	for _, s := range r.C.Stores {
-		reps, err := StoreReplicas(ctx, r.C.Metrics[s.Name])
+		reps, err := r.C.StoreReplicas(ctx, s.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +202,7 @@ func (r *Runner) leader(ctx context.Context) *Proc {
 			if !m.Running() || m.Paused() {
 				continue
 			}
-			leading, term, err := MetaLeading(ctx, r.C.Metrics[m.Name])
+			leading, term, err := r.C.MetaLeading(ctx, m.Name)
 			if err == nil && leading && term > bestTerm {
 				best, bestTerm = m, term
 			}
@@ -358,8 +363,66 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 		sleepCtx(ctx, st.Hold)
 		l.add("start %s", n.Name)
 		return startQuiet(n)
+	case PartitionMetaLeader:
+		m := r.leader(ctx)
+		if m == nil {
+			l.add("%s: no meta leader found; skipped", st.Fault)
+			return nil
+		}
+		return r.partition(ctx, st, l, "meta leader "+m.Name, m.Name, procNames(r.C.NATS))
+	case PartitionStoreNATS:
+		s := r.C.Stores[st.Target%len(r.C.Stores)]
+		return r.partition(ctx, st, l, s.Name, s.Name, procNames(r.C.NATS))
+	case PartitionStoreRaft:
+		s := r.C.Stores[st.Target%len(r.C.Stores)]
+		var peers []string
+		for _, o := range r.C.Stores {
+			if o != s {
+				peers = append(peers, o.Name)
+			}
+		}
+		return r.partition(ctx, st, l, s.Name, s.Name, peers)
+	case PartitionNATSNode:
+		n := r.C.NATS[st.Target%len(r.C.NATS)]
+		var peers []string
+		if len(r.C.NATS) > 1 {
+			for _, o := range r.C.NATS {
+				if o != n {
+					peers = append(peers, o.Name)
+				}
+			}
+		} else {
+			// The only server: cut from every role at once.
+			peers = append(append(procNames(r.C.Metas), procNames(r.C.Stores)...), ClientNode)
+		}
+		return r.partition(ctx, st, l, n.Name, n.Name, peers)
 	}
 	return fmt.Errorf("unknown fault %q", st.Fault)
+}
+
+// partition cuts a from each of peers for st.Hold, then releases exactly
+// those cuts (an overlapping fault keeps its own).
+func (r *Runner) partition(ctx context.Context, st Step, l *stepLog, what, a string, peers []string) error {
+	if r.C.Net == nil {
+		return fmt.Errorf("%s needs a Netns cluster", st.Fault)
+	}
+	l.count(st.Fault)
+	l.add("cut %s from %s", what, strings.Join(peers, ", "))
+	if err := r.C.Cut(ctx, a, peers...); err != nil {
+		return err
+	}
+	sleepCtx(ctx, st.Hold)
+	l.add("heal %s's links to %s", a, strings.Join(peers, ", "))
+	// Not ctx: an interrupted run still heals what it cut.
+	return r.C.Uncut(context.Background(), a, peers...)
+}
+
+func procNames(ps []*Proc) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
 }
 
 func mapValues[K comparable, V any](m map[K]V) []V {
@@ -470,6 +533,16 @@ func (r *Runner) check(ctx context.Context, dir string) []Violation {
 		}
 		out = append(out, LogContiguous(evs, rc.Code, rc.Stdout+rc.Stderr)...)
 		out = append(out, OneWriterPerTerm(evs)...)
+		if f, err := os.Open(export); err != nil {
+			out = append(out, Violation{CheckQuorum, err.Error()})
+		} else {
+			qv, err := QuorumKept(f)
+			f.Close()
+			if err != nil {
+				qv = append(qv, Violation{CheckQuorum, err.Error()})
+			}
+			out = append(out, qv...)
+		}
 	}
 	_, v := r.healthy(ctx)
 	out = append(out, v...)

@@ -36,8 +36,47 @@ const (
 	NATSKill Fault = "nats-kill"
 )
 
+// The partition faults cut links silently (chaos/netns: no reset, no
+// refusal; a connect times out, an open connection stalls) and heal them
+// after Hold. They need a Netns cluster.
+const (
+	// PartitionMetaLeader cuts the meta leader from every NATS node for
+	// Hold (past its lease): it must stop acting within its lease while a
+	// new leader takes over, and nothing it sends late may land.
+	PartitionMetaLeader Fault = "partition-meta-leader"
+	// PartitionStoreNATS cuts a store from every NATS node while its Raft
+	// traffic still flows, for Hold (sometimes past the store timeout: it
+	// is marked down and its replicas replaced while they still run; no
+	// change may lose quorum, and none of them may survive the heal as a
+	// zombie).
+	PartitionStoreNATS Fault = "partition-store-nats"
+	// PartitionStoreRaft cuts a store from its Raft peers (the other
+	// stores) for Hold, while it still reaches NATS.
+	PartitionStoreRaft Fault = "partition-store-raft"
+	// PartitionNATSNode cuts a NATS node for Hold: on R3 from its two
+	// peers (the majority elects without it; clients connected to it are
+	// cut with it), standalone from everyone (every role at once sees a
+	// silent network instead of NATSKill's refused connections).
+	PartitionNATSNode Fault = "partition-nats-node"
+)
+
+// ProcessFaults are the kinds every cluster can run; Partitions need a
+// Netns cluster.
+var (
+	ProcessFaults = []Fault{MetaLeaderKill, MetaLeaderPause, WorkerKill, StoreRapidRestart, StoreReplaced, NATSKill}
+	Partitions    = []Fault{PartitionMetaLeader, PartitionStoreNATS, PartitionStoreRaft, PartitionNATSNode}
+)
+
 // Faults is every kind, in a fixed order (for counts).
-var Faults = []Fault{MetaLeaderKill, MetaLeaderPause, WorkerKill, StoreRapidRestart, StoreReplaced, NATSKill}
+var Faults = append(append([]Fault{}, ProcessFaults...), Partitions...)
+
+// kinds is what Generate draws from for cfg.
+func kinds(cfg Config) []Fault {
+	if cfg.Netns {
+		return Faults
+	}
+	return ProcessFaults
+}
 
 // Step is one fault of a schedule.
 type Step struct {
@@ -56,8 +95,10 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, " worker-%d", s.Target+1)
 	case StoreRapidRestart, StoreReplaced:
 		fmt.Fprintf(&b, " store-%d", s.Target+1)
-	case NATSKill:
+	case NATSKill, PartitionNATSNode:
 		fmt.Fprintf(&b, " nats-%d", s.Target+1)
+	case PartitionStoreNATS, PartitionStoreRaft:
+		fmt.Fprintf(&b, " store-%d", s.Target+1)
 	}
 	fmt.Fprintf(&b, " hold %s", s.Hold.Round(time.Millisecond))
 	if s.Repeat > 0 {
@@ -100,7 +141,8 @@ func Generate(seed uint64, cfg Config) Schedule {
 		if i > 0 {
 			at += between(0, 3*time.Second)
 		}
-		st := Step{At: at, Fault: Faults[r.IntN(len(Faults))]}
+		ks := kinds(cfg)
+		st := Step{At: at, Fault: ks[r.IntN(len(ks))]}
 		switch st.Fault {
 		case MetaLeaderKill:
 			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
@@ -121,6 +163,19 @@ func Generate(seed uint64, cfg Config) Schedule {
 				st.Target = r.IntN(3)
 			}
 			st.Hold = between(200*time.Millisecond, 3*time.Second)
+		case PartitionMetaLeader:
+			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
+		case PartitionStoreNATS:
+			st.Target = r.IntN(cfg.Stores)
+			st.Hold = between(cfg.StoreTimeout/2, 3*cfg.StoreTimeout)
+		case PartitionStoreRaft:
+			st.Target = r.IntN(cfg.Stores)
+			st.Hold = between(time.Second, 6*time.Second)
+		case PartitionNATSNode:
+			if cfg.Topology == R3 {
+				st.Target = r.IntN(3)
+			}
+			st.Hold = between(time.Second, 6*time.Second)
 		}
 		s.Steps = append(s.Steps, st)
 	}

@@ -79,7 +79,7 @@ type Net struct {
 	mu    sync.Mutex
 	nodes map[string]*Node
 	order []string
-	cuts  map[[2]string]bool // sorted pairs
+	cuts  map[[2]string]int // sorted pairs -> how many Cuts hold them (Uncut releases one)
 	done  bool
 }
 
@@ -98,7 +98,7 @@ var nets atomic.Uint64
 // Teardown when done (also after a failure).
 func New(ctx context.Context) (*Net, error) {
 	RemoveStale(ctx)
-	n := &Net{id: fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), nets.Add(1)), nodes: map[string]*Node{}, cuts: map[[2]string]bool{}}
+	n := &Net{id: fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), nets.Add(1)), nodes: map[string]*Node{}, cuts: map[[2]string]int{}}
 	n.bridge = n.id + "-br"
 	if out, err := addNS(ctx, n.bridge); err != nil {
 		return nil, fmt.Errorf("ip netns add %s: %v: %s", n.bridge, err, bytes.TrimSpace(out))
@@ -175,7 +175,8 @@ func (nd *Node) Command(ctx context.Context, name string, args ...string) *exec.
 }
 
 // Cut stops all traffic between nodes a and b (both directions, silently)
-// until Heal.
+// until Heal, or until as many Uncuts of the pair as Cuts of it: two
+// overlapping faults that both cut a pair each release only their own.
 func (n *Net) Cut(ctx context.Context, a, b string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -192,8 +193,38 @@ func (n *Net) cut(ctx context.Context, a, b string) error {
 			return err
 		}
 	}
-	n.cuts[pair(a, b)] = true
+	n.cuts[pair(a, b)]++
 	return nil
+}
+
+// Uncut releases one Cut of a and b; the link works again once no Cut
+// of the pair is left. Uncutting a pair that is not cut is a no-op.
+func (n *Net) Uncut(ctx context.Context, a, b string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := pair(a, b)
+	switch n.cuts[p] {
+	case 0:
+		return nil
+	case 1:
+		delete(n.cuts, p)
+		return n.restore(ctx, p)
+	}
+	n.cuts[p]--
+	return nil
+}
+
+// restore deletes the blackhole entries of a pair: the kernel resolves
+// the real address again at the next packet.
+func (n *Net) restore(ctx context.Context, p [2]string) error {
+	a, b := n.nodes[p[0]], n.nodes[p[1]]
+	var errs []error
+	for _, q := range [][2]*Node{{a, b}, {b, a}} {
+		if err := n.ip(ctx, "-n", q[0].NS, "neigh", "del", q[1].IP, "dev", "eth0"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Isolate cuts node a from every other node (those added later too are
@@ -232,14 +263,7 @@ func (n *Net) Heal(ctx context.Context) error {
 	defer n.mu.Unlock()
 	var errs []error
 	for p := range n.cuts {
-		a, b := n.nodes[p[0]], n.nodes[p[1]]
-		for _, q := range [][2]*Node{{a, b}, {b, a}} {
-			// Deleting the permanent entry lets the kernel resolve the
-			// real address at the next packet.
-			if err := n.ip(ctx, "-n", q[0].NS, "neigh", "del", q[1].IP, "dev", "eth0"); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs, n.restore(ctx, p))
 		delete(n.cuts, p)
 	}
 	return errors.Join(errs...)

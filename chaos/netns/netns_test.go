@@ -185,6 +185,30 @@ func TestCutIsolateHeal(t *testing.T) {
 	}
 	eventually(t, b, addr, true)
 	eventually(t, c, addr, true)
+
+	// Two overlapping faults cut the same pair: the first Uncut releases
+	// only its own, the link stays cut until the second.
+	for range 2 {
+		if err := n.Cut(ctx, "a", "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Uncut(ctx, "b", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out := reach(ctx, b, addr); ok {
+		t.Fatalf("b -> a after two Cuts and one Uncut: reachable (%s)", out)
+	}
+	if err := n.Uncut(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, b, addr, true)
+	if got := n.Cuts(); len(got) != 0 {
+		t.Fatalf("Cuts() after the last Uncut = %v", got)
+	}
+	if err := n.Uncut(ctx, "a", "b"); err != nil {
+		t.Fatalf("Uncut of a pair not cut: %v", err)
+	}
 }
 
 func TestTeardownLeavesNothing(t *testing.T) {
