@@ -135,6 +135,29 @@ type Summary struct {
 		All              []int64 `json:"all"`
 	} `json:"recovery_ms"`
 	Failed []string `json:"failed,omitempty"` // "topology seed N (schedule i): dir"
+	// Every meta leader cut from NATS: cut -> it stopped leading, and cut
+	// -> another replica led a newer term (-1: not while the cut held).
+	LeaderStopMS []int64 `json:"leader_stop_ms,omitempty"`
+	TakeoverMS   []int64 `json:"takeover_ms,omitempty"`
+}
+
+// spread is "min/median/max" of ms (-1s, "not while the cut held", count
+// apart).
+func spread(ms []int64) string {
+	var ok []int64
+	never := 0
+	for _, v := range ms {
+		if v < 0 {
+			never++
+			continue
+		}
+		ok = append(ok, v)
+	}
+	if len(ok) == 0 {
+		return fmt.Sprintf("none measured (%d not within the cut)", never)
+	}
+	slices.Sort(ok)
+	return fmt.Sprintf("min %dms median %dms max %dms of %d (%d not within the cut)", ok[0], ok[len(ok)/2], ok[len(ok)-1], len(ok), never)
 }
 
 // TestChaos runs seeded fault schedules against clusters of separate
@@ -201,6 +224,9 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos summary: schedules %v; faults: %s; violations %d; recovery min %dms median %dms max %dms",
 		sum.Schedules, strings.Join(counts, ", "), len(sum.Violations), sum.RecoveryMS.Min, sum.RecoveryMS.Median, sum.RecoveryMS.Max)
+	if len(sum.LeaderStopMS) > 0 {
+		t.Logf("chaos: meta leaders cut from NATS stopped leading %s; another led %s", spread(sum.LeaderStopMS), spread(sum.TakeoverMS))
+	}
 	if failed {
 		t.Logf("chaos: logs of the failing schedules are kept under %s", root)
 		return
@@ -276,6 +302,12 @@ func runTopology(ctx context.Context, t *testing.T, bin, root string, top Topolo
 		if res.Recovery >= 0 {
 			*recov = append(*recov, res.Recovery)
 		}
+		for _, d := range res.LeaderStops {
+			sum.LeaderStopMS = append(sum.LeaderStopMS, msOrNever(d))
+		}
+		for _, d := range res.Takeovers {
+			sum.TakeoverMS = append(sum.TakeoverMS, msOrNever(d))
+		}
 		appendResult(filepath.Join(root, "results.jsonl"), top, res)
 		if len(res.Violations) > 0 {
 			for _, v := range res.Violations {
@@ -304,14 +336,24 @@ func appendResult(path string, top Topology, res Result) {
 		Schedule   string        `json:"schedule"`
 		Faults     map[Fault]int `json:"faults"`
 		RecoveryMS int64         `json:"recovery_ms"` // -1: never
-		Violations []string      `json:"violations,omitempty"`
-		Dir        string        `json:"dir"`
-		At         time.Time     `json:"at"`
+		// A meta leader cut from NATS: cut -> it stops leading, and cut ->
+		// another replica leads (-1: not while the cut held).
+		LeaderStopMS []int64   `json:"leader_stop_ms,omitempty"`
+		TakeoverMS   []int64   `json:"takeover_ms,omitempty"`
+		Violations   []string  `json:"violations,omitempty"`
+		Dir          string    `json:"dir"`
+		At           time.Time `json:"at"`
 	}
 	l := line{Topology: top, Index: res.Index, Seed: res.Schedule.Seed, Schedule: res.Schedule.String(), Faults: res.Executed,
 		RecoveryMS: res.Recovery.Milliseconds(), Dir: res.Dir, At: time.Now().UTC()}
 	if res.Recovery < 0 {
 		l.RecoveryMS = -1
+	}
+	for _, d := range res.LeaderStops {
+		l.LeaderStopMS = append(l.LeaderStopMS, msOrNever(d))
+	}
+	for _, d := range res.Takeovers {
+		l.TakeoverMS = append(l.TakeoverMS, msOrNever(d))
 	}
 	for _, v := range res.Violations {
 		l.Violations = append(l.Violations, v.String())
@@ -338,4 +380,12 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// msOrNever is d in ms, -1 for "never" (a negative d).
+func msOrNever(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
 }

@@ -36,6 +36,7 @@ const (
 	CheckRecovery = "recovery"
 	CheckHistory  = "history"
 	CheckExits    = "no-exit"
+	CheckStepDown = "cut-leader-stops"
 )
 
 // LogContiguous checks an export: seqs run 1, 2, 3... with no gap,
@@ -412,4 +413,18 @@ func storeStates(st *projections.State) string {
 		s = append(s, id+"="+st.Stores[id].State)
 	}
 	return strings.Join(s, " ")
+}
+
+// LeaderStopped checks that a meta leader cut from NATS stopped leading
+// within its lease (plus slack for the scrape's polling): stopped is how
+// long after the cut its /metrics first said it no longer leads, -1 if it
+// still led when the cut was healed (held for held).
+func LeaderStopped(name string, stopped, held, lease, slack time.Duration) []Violation {
+	switch {
+	case stopped < 0:
+		return []Violation{{CheckStepDown, fmt.Sprintf("%s still led %s after it was cut from NATS (lease %s)", name, held.Round(time.Millisecond), lease)}}
+	case stopped > lease+slack:
+		return []Violation{{CheckStepDown, fmt.Sprintf("%s stopped leading %s after it was cut from NATS, past its lease %s (+%s slack)", name, stopped.Round(time.Millisecond), lease, slack)}}
+	}
+	return nil
 }

@@ -337,3 +337,11 @@ func TestQuorumKeptDoctored(t *testing.T) {
 		})
 	}
 }
+
+func TestLeaderStopped(t *testing.T) {
+	wantClean(t, "within the lease", LeaderStopped("meta-1", 1300*time.Millisecond, 4*time.Second, 2*time.Second, time.Second))
+	wantViolation(t, "past the lease", LeaderStopped("meta-1", 3100*time.Millisecond, 4*time.Second, 2*time.Second, time.Second),
+		CheckStepDown, "meta-1 stopped leading 3.1s after it was cut from NATS, past its lease 2s")
+	wantViolation(t, "never", LeaderStopped("meta-2", -1, 4*time.Second, 2*time.Second, time.Second),
+		CheckStepDown, "meta-2 still led 4s after it was cut")
+}

@@ -33,13 +33,17 @@ type Runner struct {
 
 // Result is one schedule's outcome.
 type Result struct {
-	Schedule   Schedule
-	Index      int
-	Events     []string // what the runner did, with times
-	Executed   map[Fault]int
-	Recovery   time.Duration // heal -> healthy (-1: never)
-	Violations []Violation
-	Dir        string // the schedule's export, history and notes
+	Schedule Schedule
+	Index    int
+	Events   []string // what the runner did, with times
+	Executed map[Fault]int
+	Recovery time.Duration // heal -> healthy (-1: never)
+	// For each meta leader cut from NATS: how long after the cut it
+	// stopped leading, and another replica led a newer term (-1: not
+	// while the cut held).
+	LeaderStops, Takeovers []time.Duration
+	Violations             []Violation
+	Dir                    string // the schedule's export, history and notes
 }
 
 // StartProbes starts n probe workers recording into r.Rec.
@@ -216,11 +220,14 @@ func (r *Runner) leader(ctx context.Context) *Proc {
 }
 
 type stepLog struct {
-	mu     sync.Mutex
-	start  time.Time
-	lines  []string
-	counts map[Fault]int
-	logf   func(string, ...any)
+	mu         sync.Mutex
+	start      time.Time
+	lines      []string
+	counts     map[Fault]int
+	violations []Violation
+	stops      []time.Duration // cut meta leader: cut -> not leading
+	takeovers  []time.Duration // cut meta leader: cut -> another leads a newer term
+	logf       func(string, ...any)
 }
 
 func (l *stepLog) add(f string, a ...any) {
@@ -236,6 +243,22 @@ func (l *stepLog) add(f string, a ...any) {
 func (l *stepLog) count(f Fault) {
 	l.mu.Lock()
 	l.counts[f]++
+	l.mu.Unlock()
+}
+
+// violate records violations a step saw while it ran.
+func (l *stepLog) violate(vs ...Violation) {
+	l.mu.Lock()
+	l.violations = append(l.violations, vs...)
+	l.mu.Unlock()
+}
+
+// measure records, for a meta leader cut from NATS, when it stopped
+// leading and when another replica led (-1: not while the cut held).
+func (l *stepLog) measure(stopped, other time.Duration) {
+	l.mu.Lock()
+	l.stops = append(l.stops, stopped)
+	l.takeovers = append(l.takeovers, other)
 	l.mu.Unlock()
 }
 
@@ -369,7 +392,45 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 			l.add("%s: no meta leader found; skipped", st.Fault)
 			return nil
 		}
-		return r.partition(ctx, st, l, "meta leader "+m.Name, m.Name, procNames(r.C.NATS))
+		if err := r.cut(ctx, st, l, "meta leader "+m.Name, m.Name, procNames(r.C.NATS)); err != nil {
+			return err
+		}
+		// Hold the cut, watching from the outside (its /metrics, on its own
+		// loopback) when it stops leading and when another replica leads.
+		cutAt := time.Now()
+		_, oldTerm, _ := r.C.MetaLeading(ctx, m.Name)
+		stopped, other := time.Duration(-1), time.Duration(-1)
+		void := false // an overlapping step paused or killed it: nothing to judge
+		for time.Since(cutAt) < st.Hold && ctx.Err() == nil {
+			if !m.Running() || m.Paused() {
+				void = true
+			}
+			if stopped < 0 && !void {
+				if leading, _, err := r.C.MetaLeading(ctx, m.Name); err == nil && !leading {
+					stopped = time.Since(cutAt)
+					l.add("%s stopped leading %s after the cut", m.Name, stopped.Round(time.Millisecond))
+				}
+			}
+			if other < 0 {
+				for _, o := range r.C.Metas {
+					if o == m || !o.Running() || o.Paused() {
+						continue
+					}
+					if leading, term, err := r.C.MetaLeading(ctx, o.Name); err == nil && leading && term > oldTerm {
+						other = time.Since(cutAt)
+						l.add("%s leads term %d %s after the cut", o.Name, term, other.Round(time.Millisecond))
+					}
+				}
+			}
+			sleepCtx(ctx, 100*time.Millisecond) // polling interval
+		}
+		if void {
+			l.add("%s was paused or killed during its cut: its step-down is not judged", m.Name)
+		} else if ctx.Err() == nil {
+			l.measure(stopped, other)
+			l.violate(LeaderStopped(m.Name, stopped, st.Hold, r.C.Cfg.Lease, time.Second)...)
+		}
+		return r.uncut(l, m.Name, procNames(r.C.NATS))
 	case PartitionStoreNATS:
 		s := r.C.Stores[st.Target%len(r.C.Stores)]
 		return r.partition(ctx, st, l, s.Name, s.Name, procNames(r.C.NATS))
@@ -403,17 +464,25 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 // partition cuts a from each of peers for st.Hold, then releases exactly
 // those cuts (an overlapping fault keeps its own).
 func (r *Runner) partition(ctx context.Context, st Step, l *stepLog, what, a string, peers []string) error {
+	if err := r.cut(ctx, st, l, what, a, peers); err != nil {
+		return err
+	}
+	sleepCtx(ctx, st.Hold)
+	return r.uncut(l, a, peers)
+}
+
+func (r *Runner) cut(ctx context.Context, st Step, l *stepLog, what, a string, peers []string) error {
 	if r.C.Net == nil {
 		return fmt.Errorf("%s needs a Netns cluster", st.Fault)
 	}
 	l.count(st.Fault)
 	l.add("cut %s from %s", what, strings.Join(peers, ", "))
-	if err := r.C.Cut(ctx, a, peers...); err != nil {
-		return err
-	}
-	sleepCtx(ctx, st.Hold)
+	return r.C.Cut(ctx, a, peers...)
+}
+
+func (r *Runner) uncut(l *stepLog, a string, peers []string) error {
 	l.add("heal %s's links to %s", a, strings.Join(peers, ", "))
-	// Not ctx: an interrupted run still heals what it cut.
+	// Not the run's ctx: an interrupted run still heals what it cut.
 	return r.C.Uncut(context.Background(), a, peers...)
 }
 
@@ -478,6 +547,8 @@ func (r *Runner) Run(ctx context.Context, s Schedule, index int, dir string) Res
 	for err := range errs {
 		res.Violations = append(res.Violations, Violation{"runner", err.Error()})
 	}
+	res.Violations = append(res.Violations, l.violations...)
+	res.LeaderStops, res.Takeovers = l.stops, l.takeovers
 	r.quiet(true)
 	defer r.quiet(false)
 	restarted, err := r.C.Heal()

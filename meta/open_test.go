@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/clock"
+	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/internal/testkit"
 )
 
@@ -134,4 +137,54 @@ func TestOpenRefuses(t *testing.T) {
 	if !errors.As(err, &te) || te.Have != 2*time.Second || te.Want != 5*time.Second {
 		t.Errorf("Open with another lease TTL: %v, want a *LeaseTTLError 2s, 5s asked", err)
 	}
+}
+
+// A term stops leading when something ends it, not when its last task is
+// joined. Found by the chaos suite: a meta leader cut from NATS lost its
+// term to a failed renewal 1.3 s after the cut (lease 2 s), but said it led
+// (Leading, termlog_meta_is_leader) for 1.5 s more, until an append whose
+// outcome was unknown timed out. Here the renewal task is frozen (it
+// ignores cancellation, as that append did): the watchdog ends the term,
+// and Leading must say so while the frozen task still holds the teardown.
+func TestLeadingEndsWithTheTerm(t *testing.T) {
+	const lease = 900 * time.Millisecond
+	fp := failpoint.New()
+	seen := &termLog{}
+	r, err := New(Config{
+		ID: "meta-1", Cluster: "lead", Log: events.NewMemLog(), Lease: NewMemLeaseStore(clock.Real{}, lease).Handle(), LeaseTTL: lease,
+		WorkerTimeout: time.Hour, Scheduler: SchedulerConfig{StoreTimeout: time.Hour},
+		ControlDialer: func(context.Context, string) (ControlConn, error) { return nil, errors.New("no workers here") },
+		Failpoints:    fp, OnTerm: seen.add, Logger: testkit.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { fp.Resume(FPBeforeRenewal); cancel(); <-done }()
+
+	var term uint64
+	testkit.Eventually(t, 10*time.Second, "meta-1 to lead", func() bool {
+		ok, tm := r.Leading()
+		term = tm
+		return ok
+	})
+	fp.Freeze(FPBeforeRenewal)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := fp.WaitPaused(wctx, FPBeforeRenewal); err != nil {
+		t.Fatalf("the renewal never reached its failpoint: %v", err)
+	}
+	testkit.Eventually(t, 10*time.Second, "Leading to turn false once the watchdog ends the term", func() bool {
+		ok, _ := r.Leading()
+		return !ok
+	})
+	if got := seen.of("meta-1", term); slices.Contains(got, TermEnded) {
+		t.Fatalf("term %d already ended (%v): the frozen renewal should still hold the teardown, so this proves nothing", term, got)
+	}
+	fp.Resume(FPBeforeRenewal)
+	testkit.Eventually(t, 10*time.Second, "the term's teardown once the renewal is released", func() bool {
+		return slices.Contains(seen.of("meta-1", term), TermEnded)
+	})
 }

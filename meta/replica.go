@@ -190,11 +190,16 @@ func (r *Replica) Projector() *view.Projector { return r.proj }
 func (r *Replica) View() *projections.State { return r.proj.View() }
 
 // Leading reports whether the replica currently runs leader duties, and its term.
+// A term stops leading the moment something ends it (the watchdog, a failed
+// renewal, a fence), not when its last task has been joined: a task still
+// finishing an append whose outcome is unknown (up to the append timeout,
+// while NATS is unreachable) must not keep the replica saying it leads for
+// that long after its lease may have lapsed.
 func (r *Replica) Leading() (bool, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.leader == nil || r.leader.term == 0 {
-		return false, 0 // no lease, or no term chosen yet
+	if r.leader == nil || r.leader.term == 0 || r.leader.ctx.Err() != nil {
+		return false, 0 // no lease, no term chosen yet, or the term is ending
 	}
 	return true, r.leader.term
 }
@@ -281,6 +286,10 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		once.Do(func() {
 			reason = why
 			cancel()
+			if why != reasonShutdown {
+				// Now, not when the last task is joined (see Leading).
+				r.log.Info().Uint64("lease_rev", lease).Str("reason", why).Msg("term ending; leader tasks stopping")
+			}
 		})
 	})
 	lg := l.logger
