@@ -45,10 +45,14 @@ func (p *Proc) Start() error {
 	cmd.Env = append(os.Environ(), p.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a signal to the test's group (Ctrl-C) does not
-	// reach the roles twice, and they are ended by the harness only. If the
-	// harness dies without ending them (a test binary killed by its
-	// timeout), the kernel kills them: no role outlives its run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// reach the roles twice, and they are ended by the harness only.
+	//
+	// No Pdeathsig: it fires when the OS *thread* that forked the child
+	// exits, and chaos/netns ends threads on purpose (a goroutine switched
+	// into a namespace exits locked, so its thread dies with it); a thread
+	// that once forked a role may later be locked that way. Tried: every
+	// role of a Netns cluster died a second after it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: start: %w", p.Name, err)

@@ -32,7 +32,7 @@ var (
 	dMetaTerm       = desc("meta_term", "The term of this replica's projection (the leader's term while it leads).", "replica")
 	dMetaLeader     = desc("meta_is_leader", "1 while this replica leads.", "replica")
 	dMetaSeq        = desc("meta_projected_seq", "The last stream seq this replica projected.", "replica")
-	dMetaLag        = desc("meta_projection_lag_events", "Events in the stream this replica has not projected yet.", "replica")
+	dMetaLag        = desc("meta_projection_lag_events", "Events in the stream this replica has not projected yet (absent when the stream does not answer within 250 ms).", "replica")
 	dMetaFenced     = desc("meta_fenced_appends_total", "Appends of this replica refused by the stream's CAS.", "replica")
 	dMetaRejected   = desc("meta_rejected_events_total", "Events the projection rejected or could not decode, by kind.", "replica", "kind")
 	dMetaWorkers    = desc("meta_workers", "Active workers in the projection, by state.", "replica", "state")
@@ -78,7 +78,11 @@ func (c metaCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dMetaLeader, b2f(leading), id)
 	gauge(dMetaSeq, float64(v.Seq), id)
 	if c.log != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// The stream's tail is one request to NATS. A scrape must not wait
+		// on a NATS that does not answer (cut off, electing): the lag is
+		// left out of that scrape, and everything else is answered at once
+		// (the chaos suite reads is_leader this way while a leader is cut).
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		if tail, err := c.log.Tail(ctx); err == nil {
 			gauge(dMetaLag, float64(tail-min(tail, v.Seq)), id)
 		}
