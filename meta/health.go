@@ -111,14 +111,35 @@ func BindHealthKV(ctx context.Context, js jetstream.JetStream, cluster string) (
 	return &HealthKV{kv: kv}, nil
 }
 
-// Put writes the record.
+// ErrStaleHealth is Put's answer to a writer whose term is older than the
+// record's: its term is over, and the newer leader's record stays.
+var ErrStaleHealth = errors.New("health record of a newer term in the bucket")
+
+// Put writes the record unless the bucket holds one of a newer term, as
+// a compare-and-swap on the revision it read: a deposed leader that passed
+// its own lease check just before a pause cannot overwrite its
+// successor's record when it wakes, and two leaders cannot interleave a
+// read and a write. A lost swap reads again.
 func (h *HealthKV) Put(ctx context.Context, rec HealthRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return retry(ctx, "put health", nil, func(ctx context.Context) error {
-		_, err := h.kv.Put(ctx, HealthKey, b)
+	stale := func(err error) bool { return errors.Is(err, ErrStaleHealth) }
+	return retry(ctx, "put health", stale, func(ctx context.Context) error {
+		entry, err := h.kv.Get(ctx, HealthKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			_, err = h.kv.Create(ctx, HealthKey, b)
+			return err // a lost race (key exists) is retried: read again
+		}
+		if err != nil {
+			return err
+		}
+		var cur HealthRecord
+		if json.Unmarshal(entry.Value(), &cur) == nil && cur.Term > rec.Term {
+			return fmt.Errorf("%w: term %d by %s, ours %d", ErrStaleHealth, cur.Term, cur.Leader, rec.Term)
+		}
+		_, err = h.kv.Update(ctx, HealthKey, b, entry.Revision())
 		return err
 	})
 }
@@ -184,6 +205,15 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := kv.Put(pctx, rec)
 		cancel()
+		if errors.Is(err, ErrStaleHealth) {
+			// A newer leader publishes: this term is over, and its other
+			// fences (the lease, the CAS, the term rule) end it. The health
+			// loop only stops; it does not end the term itself, so a record
+			// left by a stream that was deleted and made again cannot make
+			// every leader give up.
+			l.logger.Warn().Err(err).Msg("a newer term's health record is in the bucket; this term publishes no more health")
+			return
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				l.logger.Warn().Err(err).Msg("publish health")
