@@ -1,8 +1,9 @@
-// Package history records the operations clients of a termlog cluster
-// perform (worker register, activate, heartbeat and deregister replies, and
-// `status` reads with their seq), each with its invoke and return time, and
-// checks such a history for linearizability against a sequential model of
-// the worker registry with github.com/anishathalye/porcupine.
+// Package history checks a history of the operations clients of a termlog
+// cluster perform (worker register, activate, heartbeat and deregister
+// replies, and `status` reads with their seq), each with its invoke and
+// return time, for linearizability against a sequential model of the
+// worker registry with github.com/anishathalye/porcupine. The chaos suite
+// records them (chaos.OpLog) and converts them (chaos.ToHistory).
 //
 // The model's properties:
 //   - ids are never reused: an id, once seen, always names the same
@@ -32,10 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"time"
-
-	"github.com/termlog/termlog/meta/client"
 )
 
 // Kind is the kind of a client operation.
@@ -97,8 +95,9 @@ type Output struct {
 }
 
 // Op is one recorded operation. Call and Return are offsets from the
-// recorder's start on its monotonic clock; Return is 0 while the
-// operation is pending (a pending operation is checked as Unknown).
+// history's start (chaos.ToHistory measures them from its first
+// invocation); Return is 0 while the operation is pending (a pending
+// operation is checked as Unknown).
 type Op struct {
 	Client string        `json:"client"`
 	Input  Input         `json:"input"`
@@ -106,109 +105,6 @@ type Op struct {
 	Call   time.Duration `json:"call"`
 	Return time.Duration `json:"return"`
 	Done   bool          `json:"done"`
-}
-
-// Recorder collects operations from many goroutines.
-type Recorder struct {
-	start time.Time
-	mu    sync.Mutex
-	ops   []Op
-}
-
-// NewRecorder starts a recorder; offsets are measured from now.
-func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
-
-// Start is the wall-clock time offsets are measured from.
-func (r *Recorder) Start() time.Time { return r.start }
-
-// Pending is an invoked operation; Return records its outcome once.
-type Pending struct {
-	r    *Recorder
-	i    int
-	once sync.Once
-}
-
-// Invoke records the invocation of an operation by client now.
-func (r *Recorder) Invoke(clientName string, in Input) *Pending {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ops = append(r.ops, Op{Client: clientName, Input: in, Call: time.Since(r.start), Output: Output{Outcome: Unknown}})
-	return &Pending{r: r, i: len(r.ops) - 1}
-}
-
-// Return records the operation's outcome now. Only the first call counts.
-func (p *Pending) Return(out Output) {
-	p.once.Do(func() {
-		p.r.mu.Lock()
-		defer p.r.mu.Unlock()
-		op := &p.r.ops[p.i]
-		op.Output, op.Return, op.Done = out, time.Since(p.r.start), true
-	})
-}
-
-// Ops returns a copy of the operations recorded so far, pending ones
-// included (Done false).
-func (r *Recorder) Ops() []Op {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Op, len(r.ops))
-	copy(out, r.ops)
-	return out
-}
-
-// Len is the number of operations recorded so far.
-func (r *Recorder) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.ops)
-}
-
-// ReplyOutput turns a meta RPC's result (from client.Worker's Register,
-// Activate, Heartbeat or Deregister, or a raw request's decoded reply and
-// error) into an Output: a reply without error is OK, the reregister and
-// forbidden codes are definite, anything else is Unknown.
-func ReplyOutput(rep client.Reply, err error) Output {
-	if err == nil && rep.Error != nil {
-		err = rep.Error
-	}
-	switch {
-	case err == nil:
-		return Output{Outcome: OK, ID: rep.ID, Epoch: rep.Epoch}
-	case errors.Is(err, client.ErrReregister):
-		return Output{Outcome: Reregister, Err: err.Error()}
-	case errors.Is(err, client.ErrForbidden):
-		return Output{Outcome: Forbidden, Err: err.Error()}
-	default:
-		return Output{Outcome: Unknown, Err: err.Error()}
-	}
-}
-
-// RefOutput is ReplyOutput for the calls of client.Worker that return only
-// an error (Activate, Heartbeat, Deregister): ref is the registration named.
-func RefOutput(ref client.WorkerRef, err error) Output {
-	return ReplyOutput(client.Reply{ID: ref.ID, Epoch: ref.Epoch}, err)
-}
-
-// RefInput is the input of an activate, heartbeat or deregister of ref.
-func RefInput(kind Kind, ref client.WorkerRef) Input {
-	return Input{Kind: kind, ID: ref.ID, Epoch: ref.Epoch}
-}
-
-// StatusOutput decodes `termlog status -o json` output (its seq and
-// workers) into a read's Output. A status that exits 1 (degraded) still
-// prints a read; pass its stdout.
-func StatusOutput(stdout []byte) (Output, error) {
-	var s struct {
-		Seq     *uint64  `json:"seq"`
-		Workers []Worker `json:"workers"`
-	}
-	if err := json.Unmarshal(stdout, &s); err != nil {
-		return Output{}, fmt.Errorf("status output is not JSON: %w", err)
-	}
-	if s.Seq == nil {
-		return Output{}, errors.New("status output has no seq")
-	}
-	return Output{Outcome: OK, Seq: *s.Seq, Workers: s.Workers}, nil
 }
 
 // WriteJSONL writes ops one a line, so a failed run's history can be

@@ -1,20 +1,15 @@
 package history
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/termlog/termlog/meta/client"
-	"github.com/termlog/termlog/projections"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -219,82 +214,5 @@ func TestVisualisationSaved(t *testing.T) {
 	back, err := ReadJSONL(f)
 	if err != nil || len(back) != len(x) || back[0].Output.ID != 1 || back[1].Output.Seq != 2 {
 		t.Fatalf("saved history %+v, %v", back, err)
-	}
-}
-
-func TestRecorderConcurrent(t *testing.T) {
-	r := NewRecorder()
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := fmt.Sprintf("w%d", i)
-			for range 50 {
-				p := r.Invoke(name, Input{Kind: Read})
-				p.Return(Output{Outcome: OK, Seq: 1})
-				p.Return(Output{Outcome: OK, Seq: 99}) // ignored
-			}
-		}()
-	}
-	pending := r.Invoke("late", Input{Kind: Deregister, ID: 1, Epoch: 1})
-	wg.Wait()
-	ops := r.Ops()
-	if len(ops) != 401 || r.Len() != 401 {
-		t.Fatalf("%d ops, want 401", len(ops))
-	}
-	for _, op := range ops {
-		if op.Client == "late" {
-			if op.Done || op.Output.Outcome != Unknown {
-				t.Fatalf("pending op recorded as %+v", op)
-			}
-			continue
-		}
-		if !op.Done || op.Output.Seq != 1 || op.Return < op.Call {
-			t.Fatalf("bad op %+v", op)
-		}
-	}
-	pending.Return(RefOutput(client.WorkerRef{ID: 1, Epoch: 1}, nil))
-	if _, err := Check(r.Ops(), Options{WorkerTimeout: timeout}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestOutputs(t *testing.T) {
-	for _, c := range []struct {
-		rep  client.Reply
-		err  error
-		want Outcome
-	}{
-		{client.Reply{ID: 4, Epoch: 9}, nil, OK},
-		{client.Reply{}, &client.RPCError{Code: client.CodeReregister}, Reregister},
-		{client.Reply{Error: &client.RPCError{Code: client.CodeForbidden}}, nil, Forbidden},
-		{client.Reply{}, fmt.Errorf("heartbeat: %w", &client.RPCError{Code: client.CodeReregister}), Reregister},
-		{client.Reply{}, errors.New("context deadline exceeded"), Unknown},
-		{client.Reply{}, &client.RPCError{Code: client.CodeBadRequest}, Unknown},
-	} {
-		got := ReplyOutput(c.rep, c.err)
-		if got.Outcome != c.want || c.want == OK && (got.ID != 4 || got.Epoch != 9) {
-			t.Errorf("ReplyOutput(%+v, %v) = %+v, want %s", c.rep, c.err, got, c.want)
-		}
-	}
-	// The fields status prints for a read are projections.Worker's.
-	b, err := json.Marshal(struct {
-		Cluster string               `json:"cluster"`
-		Seq     uint64               `json:"seq"`
-		Workers []projections.Worker `json:"workers"`
-	}{"termlog", 12, []projections.Worker{{ID: 3, Epoch: 8, Incarnation: "i", Endpoint: "h:1", State: projections.WorkerRunning}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := StatusOutput(b)
-	if err != nil || out.Seq != 12 || len(out.Workers) != 1 || out.Workers[0] != (Worker{ID: 3, Epoch: 8, Incarnation: "i", Endpoint: "h:1", State: "running"}) {
-		t.Fatalf("StatusOutput = %+v, %v", out, err)
-	}
-	if _, err := StatusOutput([]byte(`{"workers":[]}`)); err == nil {
-		t.Fatal("status without seq accepted")
-	}
-	if _, err := StatusOutput([]byte(`not json`)); err == nil {
-		t.Fatal("non-JSON status accepted")
 	}
 }

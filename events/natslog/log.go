@@ -202,7 +202,7 @@ func StreamConfig(cfg Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:               StreamName(cfg.Cluster),
 		Description:        "termlog events of cluster " + cfg.Cluster,
-		Subjects:           []string{cfg.Cluster + ".ev.>"},
+		Subjects:           []string{wire.EventsWildcard(cfg.Cluster)},
 		Retention:          jetstream.LimitsPolicy,
 		Storage:            jetstream.FileStorage,
 		Replicas:           cfg.Replicas,
@@ -381,9 +381,9 @@ func checkConfig(got, want jetstream.StreamConfig) error {
 func (l *Log) Stream() string { return l.name }
 
 // Subject is the subject events of type typ are published on.
-func (l *Log) Subject(typ string) string { return l.cluster + ".ev." + typ }
+func (l *Log) Subject(typ string) string { return wire.EventSubject(l.cluster, typ) }
 
-func (l *Log) subjectAll() string { return l.cluster + ".ev.>" }
+func (l *Log) subjectAll() string { return wire.EventsWildcard(l.cluster) }
 
 // reqCtx bounds one request: ctx as is when it has a deadline, else
 // Config.RequestTimeout.
