@@ -490,33 +490,6 @@ func TestPermTLS(t *testing.T) {
 	}
 }
 
-// TestPermRPCNamesMatchClient: natslog cannot import meta/client, so the
-// RPC names in the role permissions are spelled out there; they must be
-// the client's.
-func TestPermRPCNamesMatchClient(t *testing.T) {
-	for _, tc := range []struct {
-		role natsserver.Role
-		rpcs []string
-	}{
-		{natsserver.RoleWorker, []string{client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister}},
-		{natsserver.RoleStore, []string{client.RPCStoreRegister, client.RPCStoreHeartbeat}},
-	} {
-		allow := natsserver.Permissions(cluster, tc.role, "UKEY").Publish.Allow
-		for _, r := range tc.rpcs {
-			if !slices.Contains(allow, client.RPCSubject(cluster, r)) {
-				t.Errorf("role %s may not send %s (allowed: %v)", tc.role, client.RPCSubject(cluster, r), allow)
-			}
-		}
-	}
-	if p := natsserver.Permissions(cluster, natsserver.RoleMeta, "UKEY"); !slices.Contains(p.Subscribe.Allow, client.RPCSubject(cluster, ">")) ||
-		!slices.Contains(p.Publish.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
-		t.Errorf("meta may not serve the RPCs or call the stores: %+v %+v", p.Subscribe, p.Publish)
-	}
-	if p := natsserver.Permissions(cluster, natsserver.RoleStore, "UKEY"); !slices.Contains(p.Subscribe.Allow, strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)) {
-		t.Errorf("a store may not serve its exec subject: %+v", p.Subscribe)
-	}
-}
-
 // TestEveryClientRPCGranted: each RPC a role's client sends is in that
 // role's publish permissions, and the buckets its readers bind are
 // readable (a new RPC or bucket without its grant fails here, not in
@@ -524,15 +497,15 @@ func TestPermRPCNamesMatchClient(t *testing.T) {
 func TestEveryClientRPCGranted(t *testing.T) {
 	granted := func(r natsserver.Role, subject string) bool {
 		p := natsserver.Permissions(cluster, r, "UPUB")
-		if p == nil {
-			return true // admin
-		}
-		return slices.Contains(p.Publish.Allow, subject)
+		return p != nil && slices.Contains(p.Publish.Allow, subject)
+	}
+	// The admin key (stepdown, store drain) is unrestricted by design.
+	if p := natsserver.Permissions(cluster, natsserver.RoleAdmin, "UPUB"); p != nil {
+		t.Errorf("the admin role is restricted: %+v", p)
 	}
 	for role, rpcs := range map[natsserver.Role][]string{
 		natsserver.RoleWorker: {client.RPCRegister, client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister},
 		natsserver.RoleStore:  {client.RPCStoreRegister, client.RPCStoreHeartbeat, client.RPCStoreSelfDrain},
-		natsserver.RoleAdmin:  {client.RPCStepDown, client.RPCStoreDrain},
 	} {
 		for _, rpc := range rpcs {
 			if !granted(role, client.RPCSubject(cluster, rpc)) {
@@ -543,6 +516,16 @@ func TestEveryClientRPCGranted(t *testing.T) {
 	// The store role may not drain or undrain other stores (the admin's RPC).
 	if granted(natsserver.RoleStore, client.RPCSubject(cluster, client.RPCStoreDrain)) {
 		t.Errorf("role store may send %s", client.RPCSubject(cluster, client.RPCStoreDrain))
+	}
+	// The leader serves the RPCs and calls the stores; a store serves its
+	// exec subject.
+	execs := strings.Replace(client.ExecSubject(cluster, "X"), "X", "*", 1)
+	if p := natsserver.Permissions(cluster, natsserver.RoleMeta, "UKEY"); !slices.Contains(p.Subscribe.Allow, client.RPCSubject(cluster, ">")) ||
+		!slices.Contains(p.Publish.Allow, execs) {
+		t.Errorf("meta may not serve the RPCs or call the stores: %+v %+v", p.Subscribe, p.Publish)
+	}
+	if p := natsserver.Permissions(cluster, natsserver.RoleStore, "UKEY"); !slices.Contains(p.Subscribe.Allow, execs) {
+		t.Errorf("a store may not serve its exec subject: %+v", p.Subscribe)
 	}
 	for _, r := range []natsserver.Role{natsserver.RoleMeta, natsserver.RoleObserver} {
 		if !granted(r, "$JS.API.DIRECT.GET.KV_"+meta.HealthBucket(cluster)+".>") {
