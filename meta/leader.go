@@ -461,13 +461,11 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.
 	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
-	if rep := decide.Owned(w, found, ref); rep != nil {
-		if rep.Error.Code == client.CodeForbidden {
-			l.logForbidden(client.RPCHeartbeat, ref)
-		}
-		return *rep
+	rep, forbidden := l.live.beat(w, found, ref, l.conn(), l.r.cfg.Clock.Now())
+	if forbidden {
+		l.logForbidden(client.RPCHeartbeat, ref)
 	}
-	return l.live.beat(w, found, ref, l.conn(), l.r.cfg.Clock.Now())
+	return rep
 }
 
 // expiryLoop expires workers whose heartbeat deadline passed: one fenced

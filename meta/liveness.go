@@ -55,18 +55,19 @@ func (lv *liveness) renew(id, epoch uint64, now time.Time) {
 	lv.mu.Unlock()
 }
 
-// beat decides and applies a heartbeat of ref at now (decide.Heartbeat); w
-// and found are the projected worker ref.ID, which Owned already accepted.
-func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef, c decide.Conn, now time.Time) client.Reply {
+// beat decides and applies a heartbeat of ref at now (decide.Heartbeat:
+// ownership first, then the deadline); w and found are the projected
+// worker ref.ID. forbidden: ref names a registration it does not own.
+func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef, c decide.Conn, now time.Time) (rep client.Reply, forbidden bool) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	lv.hearLocked(c, now) // a deadline that passed during an outage is fresh again
 	d, has := lv.deadlines[ref.ID]
-	rep, renew, _ := decide.Heartbeat(w, found, ref, d, has, now)
+	rep, renew, forbidden := decide.Heartbeat(w, found, ref, d, has, now)
 	if renew {
 		lv.deadlines[ref.ID] = decide.Renewed(ref.Epoch, now, lv.cfg)
 	}
-	return rep
+	return rep, forbidden
 }
 
 // expire decides an expiry tick on v at now (decide.Hear, decide.Expire),
