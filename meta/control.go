@@ -296,6 +296,14 @@ func (c *controller) event(ev sessionEvent) bool {
 	if ev.s.acked || ev.s.closed {
 		return false
 	}
+	if ev.barrier != c.barrier {
+		// An ack counts for the barrier it names only: this term's. A
+		// worker that acks another one (a confused or hostile peer) has
+		// not collected ours, and stays waiting.
+		l.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Uint64("acked", ev.barrier).
+			Uint64("barrier", c.barrier).Msg("control ack names another barrier; ignored")
+		return false
+	}
 	ev.s.acked = true
 	l.recov.mu.Lock()
 	defer l.recov.mu.Unlock()

@@ -230,3 +230,25 @@ func TestRecoveryCompletesWithoutWorkerLeftMeanwhile(t *testing.T) {
 		t.Fatalf("complete at seq %d sessions %v waiting %v; want seq %d sessions %v, nobody waiting", r.Seq, r.Sessions, r.Waiting, seq, want)
 	}
 }
+
+// An ack completes a worker's part of the recovery only if it names this
+// term's barrier: an ack of another barrier leaves the worker waiting.
+func TestControlAckMustNameTheBarrier(t *testing.T) {
+	clk := clock.NewManual(t0)
+	tl := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1)
+	c := &controller{l: tl.leaderSession, barrier: 5, sessions: map[string]*session{}}
+	s := &session{endpoint: "10.0.0.1:7000", id: 1, epoch: 2}
+	c.sessions[s.endpoint] = s
+	tl.recov.rec = Recovery{Term: 5, State: RecoveryRecovering, Barrier: 5, Sessions: map[string]uint64{s.endpoint: 1}}
+	tl.recov.waiting = map[uint64]struct{}{1: {}, 2: {}} // worker 2 keeps the recovery open
+	for _, wrong := range []uint64{4, 6, 1 << 63} {
+		c.event(sessionEvent{s: s, barrier: wrong})
+		if r := tl.recovery(); s.acked || !slices.Contains(r.Waiting, 1) {
+			t.Fatalf("an ack of barrier %d (ours 5) counted: acked %v, waiting %v", wrong, s.acked, r.Waiting)
+		}
+	}
+	c.event(sessionEvent{s: s, barrier: 5})
+	if r := tl.recovery(); !s.acked || !slices.Equal(r.Waiting, []uint64{2}) {
+		t.Fatalf("the ack of barrier 5: acked %v, waiting %v; want worker 1 done", s.acked, r.Waiting)
+	}
+}
