@@ -53,6 +53,9 @@ type Config struct {
 	// commands in a "client" one), so schedules can cut links between them:
 	// the partition faults are drawn only then.
 	Netns bool
+
+	// StoreArgs are extra flags for every log store.
+	StoreArgs []string
 }
 
 // DefaultConfig is the short-lease cluster the suite runs.
@@ -113,13 +116,11 @@ func freePorts(n int) ([]int, error) {
 	return out, nil
 }
 
-// NewCluster lays out a cluster: keys, ports, dirs and the processes'
-// command lines. Nothing runs until Start.
-func NewCluster(ctx context.Context, cfg Config) (*Cluster, error) {
-	if cfg.Netns {
-		return newNSCluster(ctx, cfg)
-	}
-	c := &Cluster{Cfg: cfg, Endpoints: map[string]string{}, StoreIDs: map[string]string{}, Metrics: map[string]string{}}
+// NewCluster lays out a cluster: keys, addresses, dirs (in Netns mode the
+// net and its relays too) and the processes' command lines. Nothing runs
+// until Start; Stop ends it (and tears a net down).
+func NewCluster(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	c = &Cluster{Cfg: cfg, Endpoints: map[string]string{}, StoreIDs: map[string]string{}, Metrics: map[string]string{}, nodes: map[string]*netns.Node{}}
 	logs := filepath.Join(cfg.Dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
@@ -128,27 +129,25 @@ func NewCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	if out, err := exec.CommandContext(ctx, cfg.Bin, "auth", "init", "--dir", c.Auth).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("auth init: %v\n%s", err, out)
 	}
-	nodes := 1
+	nodes, replicas := 1, "1"
 	if cfg.Topology == R3 {
-		nodes = 3
+		nodes, replicas = 3, "3"
 	}
-	ports, err := freePorts(2*nodes + cfg.Metas + 2*cfg.Workers + 2*cfg.Stores)
+	var a addrs
+	if cfg.Netns {
+		defer func() {
+			if err != nil {
+				_ = c.closeNet()
+			}
+		}()
+		a, err = c.nsAddrs(ctx, nodes)
+	} else {
+		a, err = loopbackAddrs(cfg, nodes)
+	}
 	if err != nil {
 		return nil, err
 	}
-	next := func() int { p := ports[0]; ports = ports[1:]; return p }
-	replicas := "1"
-	if cfg.Topology == R3 {
-		replicas = "3"
-	}
-	var routes []string
-	clusterPorts := make([]int, nodes)
-	for i := range nodes {
-		c.natsPorts = append(c.natsPorts, next())
-		clusterPorts[i] = next()
-		c.URLs = append(c.URLs, fmt.Sprintf("nats://127.0.0.1:%d", c.natsPorts[i]))
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", clusterPorts[i]))
-	}
+	c.natsPorts, c.URLs = a.natsPorts, a.urls
 	c.env = []string{
 		"TERMLOG_NATS=" + strings.Join(c.URLs, ","),
 		"TERMLOG_AUTH_DIR=" + c.Auth,
@@ -158,40 +157,74 @@ func NewCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 		"GOTRACEBACK=all",
 	}
 	proc := func(name string, args ...string) *Proc {
-		return &Proc{Name: name, Bin: cfg.Bin, Args: args, Env: c.env, LogPath: filepath.Join(logs, name+".log")}
+		p := &Proc{Name: name, Bin: cfg.Bin, Args: args, Env: c.env, LogPath: filepath.Join(logs, name+".log")}
+		if nd := c.Node(name); nd != nil {
+			p.Bin, p.Args = "ip", append(append(nd.Exec()[1:], cfg.Bin), args...)
+		}
+		return p
 	}
 	for i := range nodes {
 		name := fmt.Sprintf("nats-%d", i+1)
-		args := []string{"nats", "--port", fmt.Sprint(c.natsPorts[i]), "--data", filepath.Join(cfg.Dir, name), "--auth-dir", c.Auth}
+		args := []string{"nats", "--port", fmt.Sprint(a.natsPorts[i]), "--data", filepath.Join(cfg.Dir, name), "--auth-dir", c.Auth}
 		if cfg.Topology == R3 {
-			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(clusterPorts[i]), "--routes", strings.Join(routes, ","))
+			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(a.clusterPorts[i]), "--routes", strings.Join(a.routes, ","))
 		}
 		c.NATS = append(c.NATS, proc(name, args...))
 	}
 	for i := range cfg.Metas {
 		name := fmt.Sprintf("meta-%d", i+1)
-		m := fmt.Sprintf("127.0.0.1:%d", next())
-		c.Metrics[name] = m
+		c.Metrics[name] = a.metaMetrics[i]
 		c.Metas = append(c.Metas, proc(name, "meta", "run", "--id", name, "--shards", fmt.Sprint(cfg.Shards),
 			"--lease", cfg.Lease.String(), "--worker-timeout", cfg.WorkerTimeout.String(), "--store-timeout", cfg.StoreTimeout.String(),
-			"--metrics-addr", m))
+			"--metrics-addr", a.metaMetrics[i]))
 	}
 	for i := range cfg.Workers {
 		name := fmt.Sprintf("worker-%d", i+1)
-		ep := fmt.Sprintf("127.0.0.1:%d", next())
-		m := fmt.Sprintf("127.0.0.1:%d", next())
-		c.Endpoints[name], c.Metrics[name] = ep, m
-		c.Workers = append(c.Workers, proc(name, "worker", "run", "--endpoint", ep, "--metrics-addr", m))
+		c.Endpoints[name], c.Metrics[name] = a.workerEndpoints[i], a.workerMetrics[i]
+		c.Workers = append(c.Workers, proc(name, "worker", "run", "--endpoint", a.workerEndpoints[i], "--metrics-addr", a.workerMetrics[i]))
 	}
 	for i := range cfg.Stores {
 		name := fmt.Sprintf("store-%d", i+1)
-		raft := fmt.Sprintf("127.0.0.1:%d", next())
-		m := fmt.Sprintf("127.0.0.1:%d", next())
-		c.StoreIDs[name], c.Metrics[name] = name, m
-		c.Stores = append(c.Stores, proc(name, "logstore", "--id", name, "--raft-addr", raft, "--data", filepath.Join(cfg.Dir, name),
-			"--metrics-addr", m))
+		c.StoreIDs[name], c.Metrics[name] = name, a.storeMetrics[i]
+		c.Stores = append(c.Stores, proc(name, append([]string{"logstore", "--id", name, "--raft-addr", a.storeRaft[i], "--data", filepath.Join(cfg.Dir, name),
+			"--metrics-addr", a.storeMetrics[i]}, cfg.StoreArgs...)...))
 	}
 	return c, nil
+}
+
+// addrs is where each process of a cluster listens.
+type addrs struct {
+	natsPorts, clusterPorts []int    // per NATS node, on its 127.0.0.1
+	urls, routes            []string // what clients and peer nodes dial
+	metaMetrics             []string
+	workerEndpoints         []string
+	workerMetrics           []string
+	storeRaft, storeMetrics []string
+}
+
+// loopbackAddrs puts every process on 127.0.0.1, each port its own.
+func loopbackAddrs(cfg Config, nodes int) (addrs, error) {
+	ports, err := freePorts(2*nodes + cfg.Metas + 2*cfg.Workers + 2*cfg.Stores)
+	if err != nil {
+		return addrs{}, err
+	}
+	next := func() string { p := ports[0]; ports = ports[1:]; return fmt.Sprintf("127.0.0.1:%d", p) }
+	var a addrs
+	for range nodes {
+		a.natsPorts, a.clusterPorts = append(a.natsPorts, ports[0]), append(a.clusterPorts, ports[1])
+		a.urls = append(a.urls, "nats://"+next())
+		a.routes = append(a.routes, "nats-route://"+next())
+	}
+	for range cfg.Metas {
+		a.metaMetrics = append(a.metaMetrics, next())
+	}
+	for range cfg.Workers {
+		a.workerEndpoints, a.workerMetrics = append(a.workerEndpoints, next()), append(a.workerMetrics, next())
+	}
+	for range cfg.Stores {
+		a.storeRaft, a.storeMetrics = append(a.storeRaft, next()), append(a.storeMetrics, next())
+	}
+	return a, nil
 }
 
 // Env is what a command run against the cluster needs (NATS URLs, keys,
