@@ -401,12 +401,20 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 		_, oldTerm, _ := r.C.MetaLeading(ctx, m.Name)
 		stopped, other := time.Duration(-1), time.Duration(-1)
 		void := false // an overlapping step paused or killed it: nothing to judge
+		var scrapes, failed int
+		var lastErr error
 		for time.Since(cutAt) < st.Hold && ctx.Err() == nil {
 			if !m.Running() || m.Paused() {
 				void = true
 			}
 			if stopped < 0 && !void {
-				if leading, _, err := r.C.MetaLeading(ctx, m.Name); err == nil && !leading {
+				began := time.Now()
+				leading, _, err := r.C.MetaLeading(ctx, m.Name)
+				scrapes++
+				switch {
+				case err != nil:
+					failed, lastErr = failed+1, fmt.Errorf("%w (after %s)", err, time.Since(began).Round(time.Millisecond))
+				case !leading:
 					stopped = time.Since(cutAt)
 					l.add("%s stopped leading %s after the cut", m.Name, stopped.Round(time.Millisecond))
 				}
@@ -423,6 +431,9 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 				}
 			}
 			sleepCtx(ctx, 100*time.Millisecond) // polling interval
+		}
+		if failed > 0 {
+			l.add("%d of %d scrapes of %s failed while it was cut; the last: %v", failed, scrapes, m.Name, lastErr)
 		}
 		if void {
 			l.add("%s was paused or killed during its cut: its step-down is not judged", m.Name)

@@ -188,3 +188,35 @@ func TestLeadingEndsWithTheTerm(t *testing.T) {
 		return slices.Contains(seen.of("meta-1", term), TermEnded)
 	})
 }
+
+// Run reads the stream's tail for StreamTail, so that metrics never ask
+// NATS themselves.
+func TestStreamTailSampled(t *testing.T) {
+	log := events.NewMemLog()
+	last, err := log.Append(t.Context(), 0, events.Event{Term: 0, Writer: "test", At: time.Now().UTC(), Data: events.WorkerDeregistered{ID: 1, Epoch: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{
+		ID: "meta-1", Cluster: "tail", Log: log, Lease: NewMemLeaseStore(clock.Real{}, time.Hour).Handle(), LeaseTTL: time.Hour,
+		WorkerTimeout: time.Hour, Scheduler: SchedulerConfig{StoreTimeout: time.Hour},
+		ControlDialer: func(context.Context, string) (ControlConn, error) { return nil, errors.New("no workers here") },
+		Logger:        testkit.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := r.StreamTail(); ok {
+		t.Fatal("a tail before Run read one")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// The replica leads (term.started lands after seq 1): the tail grows.
+	testkit.Eventually(t, 10*time.Second, "StreamTail to reach the stream's tail", func() bool {
+		seq, age, ok := r.StreamTail()
+		tail, _ := log.Tail(t.Context())
+		return ok && seq > last && seq == tail && age < 5*time.Second
+	})
+}

@@ -141,6 +141,52 @@ type Replica struct {
 	fenced     atomic.Uint64
 	stale      atomic.Uint64 // appends not sent: the lease was last renewed too long ago
 	heartbeats atomic.Uint64
+	tail       atomicTail // the stream's tail as sampleTail last read it
+}
+
+// atomicTail is a stream tail and when it was read.
+type atomicTail struct {
+	mu  sync.Mutex
+	seq uint64
+	at  time.Time
+}
+
+// tailEvery is how often Run reads the stream's tail for StreamTail.
+const tailEvery = time.Second
+
+// StreamTail is the stream's last seq as this replica last read it (Run
+// reads it every second) and how long ago, by the replica's clock; ok is
+// false before the first answer.
+// Metrics read it instead of asking NATS themselves: a scrape must answer
+// at once even when NATS does not (a client reconnecting to a server it
+// cannot reach holds its connection's lock for each dial, and every
+// request waits behind it, whatever its context).
+func (r *Replica) StreamTail() (seq uint64, age time.Duration, ok bool) {
+	r.tail.mu.Lock()
+	defer r.tail.mu.Unlock()
+	if r.tail.at.IsZero() {
+		return 0, 0, false
+	}
+	return r.tail.seq, r.cfg.Clock.Now().Sub(r.tail.at), true
+}
+
+// sampleTail reads the stream's tail every tailEvery until ctx ends.
+func (r *Replica) sampleTail(ctx context.Context) {
+	for {
+		tctx, cancel := context.WithTimeout(ctx, tailEvery)
+		seq, err := r.cfg.Log.Tail(tctx)
+		cancel()
+		if err == nil {
+			r.tail.mu.Lock()
+			r.tail.seq, r.tail.at = seq, r.cfg.Clock.Now()
+			r.tail.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cfg.Clock.After(tailEvery):
+		}
+	}
 }
 
 // Fenced counts this replica's appends refused by the CAS.
@@ -228,10 +274,14 @@ func (r *Replica) StepDown() {
 // returns only after every goroutine it started has ended.
 func (r *Replica) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		_ = r.proj.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		r.sampleTail(ctx)
 	}()
 	defer wg.Wait()
 	r.campaign(ctx)

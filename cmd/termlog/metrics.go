@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
-	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
@@ -32,7 +31,7 @@ var (
 	dMetaTerm       = desc("meta_term", "The term of this replica's projection (the leader's term while it leads).", "replica")
 	dMetaLeader     = desc("meta_is_leader", "1 while this replica leads.", "replica")
 	dMetaSeq        = desc("meta_projected_seq", "The last stream seq this replica projected.", "replica")
-	dMetaLag        = desc("meta_projection_lag_events", "Events in the stream this replica has not projected yet (absent when the stream does not answer within 250 ms).", "replica")
+	dMetaLag        = desc("meta_projection_lag_events", "Events in the stream this replica has not projected yet, by the stream's tail as the replica read it in the last 5 s (absent when it could not).", "replica")
 	dMetaFenced     = desc("meta_fenced_appends_total", "Appends of this replica refused by the stream's CAS.", "replica")
 	dMetaRejected   = desc("meta_rejected_events_total", "Events the projection rejected or could not decode, by kind.", "replica", "kind")
 	dMetaWorkers    = desc("meta_workers", "Active workers in the projection, by state.", "replica", "state")
@@ -55,9 +54,11 @@ var (
 )
 
 type metaCollector struct {
-	r   *meta.Replica
-	log events.Log
+	r *meta.Replica
 }
+
+// lagFresh is how old a stream tail may be for the lag gauge.
+const lagFresh = 5 * time.Second
 
 func (c metaCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
 
@@ -77,16 +78,12 @@ func (c metaCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dMetaTerm, float64(term), id)
 	gauge(dMetaLeader, b2f(leading), id)
 	gauge(dMetaSeq, float64(v.Seq), id)
-	if c.log != nil {
-		// The stream's tail is one request to NATS. A scrape must not wait
-		// on a NATS that does not answer (cut off, electing): the lag is
-		// left out of that scrape, and everything else is answered at once
-		// (the chaos suite reads is_leader this way while a leader is cut).
-		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-		if tail, err := c.log.Tail(ctx); err == nil {
-			gauge(dMetaLag, float64(tail-min(tail, v.Seq)), id)
-		}
-		cancel()
+	// The tail as the replica last read it: a scrape asks NATS nothing, so
+	// it answers at once when NATS does not (the chaos suite reads
+	// is_leader this way while a leader is cut off). A tail older than
+	// lagFresh is left out.
+	if tail, age, ok := c.r.StreamTail(); ok && age < lagFresh {
+		gauge(dMetaLag, float64(tail-min(tail, v.Seq)), id)
 	}
 	counter(dMetaFenced, float64(c.r.Fenced()), id)
 	k := v.Counters

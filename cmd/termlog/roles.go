@@ -195,7 +195,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				stop, err := metricsFor(cmd.Context(), o.metricsAddr, rlg, metaCollector{r: r, log: r.Log()})
+				stop, err := metricsFor(cmd.Context(), o.metricsAddr, rlg, metaCollector{r: r})
 				if err != nil {
 					return err
 				}

@@ -373,7 +373,7 @@ func startFleets(ctx context.Context, srv *embeddedNATS, cluster string, o upOpt
 func (f *upFleets) collectors() []prometheus.Collector {
 	var cs []prometheus.Collector
 	for _, r := range f.metas {
-		cs = append(cs, metaCollector{r: r, log: r.Log()})
+		cs = append(cs, metaCollector{r: r})
 	}
 	for _, st := range f.stores {
 		cs = append(cs, storeCollector{s: st})
