@@ -14,10 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,47 +22,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/termlog/termlog/chaos/history"
 	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/events"
 )
 
-const (
-	pLease         = 2 * time.Second
-	pWorkerTimeout = 3 * time.Second
-	pStoreTimeout  = 3 * time.Second
-	pNATSPort      = "4222"
-	pMetrics       = "127.0.0.1:9464" // every role's, inside its own namespace
-)
-
-// pcluster is a cluster whose roles run in namespaces of one netns.Net.
+// pcluster is a Netns Cluster (one namespace per NATS node, meta and
+// store, workers in the client one; see cluster_netns.go) with what the
+// scenarios need around it: its test, its probes and the history.
 type pcluster struct {
+	*Cluster
 	t          *testing.T
-	bin        string
 	dir        string
 	net        *netns.Net
-	nodes      map[string]*netns.Node
-	relays     []*netns.Relay
 	natsNodes  []string
-	env        []string
-	procs      []*Proc
 	ops        *OpLog // the probes' operations and the status reads
 	stopProbes func()
 }
 
-func (c *pcluster) node(name string) *netns.Node { return c.nodes[name] }
+func (c *pcluster) node(name string) *netns.Node { return c.Node(name) }
 
-func (c *pcluster) proc(name string) *Proc {
-	for _, p := range c.procs {
-		if p.Name == name {
-			return p
-		}
-	}
-	return nil
-}
+func (c *pcluster) proc(name string) *Proc { return c.Proc(name) }
 
 // newPCluster builds the net and starts every role of bin; t.Cleanup
 // stops them and tears the net down (also when the test fails half-way).
@@ -73,113 +50,27 @@ func (c *pcluster) proc(name string) *Proc {
 func newPCluster(t *testing.T, top Topology, bin string) *pcluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &pcluster{t: t, bin: bin, dir: dir, nodes: map[string]*netns.Node{}, ops: &OpLog{}, stopProbes: func() {}}
-	ctx := context.Background()
-	var err error
-	if c.net, err = netns.New(ctx); err != nil {
+	cfg := DefaultConfig(bin, dir, top)
+	cfg.Netns, cfg.Shards, cfg.Workers = true, 1, 2
+	cfg.StoreArgs = []string{"--restart-grace", "0"} // SIGTERM at the end stops a store at once
+	cl, err := NewCluster(context.Background(), cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	c := &pcluster{Cluster: cl, t: t, dir: dir, net: cl.Net, natsNodes: procNames(cl.NATS), ops: &OpLog{}, stopProbes: func() {}}
 	t.Cleanup(func() {
 		c.stopProbes()
-		c.stop()
-		for _, r := range c.relays {
-			if err := r.Close(); err != nil {
-				t.Error(err)
-			}
-		}
-		if err := c.net.Teardown(); err != nil {
-			t.Error(err)
-		}
 		if t.Failed() {
 			c.dumpLogs(t)
 		}
-	})
-	c.natsNodes = []string{"nats-1"}
-	if top == R3 {
-		c.natsNodes = []string{"nats-1", "nats-2", "nats-3"}
-	}
-	names := append(slices.Clone(c.natsNodes), "meta-1", "meta-2", "meta-3", "store-1", "store-2", "store-3", "client")
-	for _, name := range names {
-		nd, err := c.net.Add(ctx, name)
-		if err != nil {
-			t.Fatal(err)
+		if err := c.Stop(); err != nil {
+			t.Error(err)
 		}
-		c.nodes[name] = nd
-	}
-	auth := filepath.Join(dir, "auth")
-	if out, err := exec.Command(c.bin, "auth", "init", "--dir", auth).CombinedOutput(); err != nil {
-		t.Fatalf("auth init: %v\n%s", err, out)
-	}
-	var urls, routes []string
-	for i, name := range c.natsNodes {
-		urls = append(urls, "nats://"+net.JoinHostPort(c.node(name).IP, pNATSPort))
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", 6221+i))
-	}
-	replicas := "1"
-	if top == R3 {
-		replicas = "3"
-	}
-	c.env = []string{"TERMLOG_NATS=" + strings.Join(urls, ","), "TERMLOG_AUTH_DIR=" + auth, "TERMLOG_REPLICAS=" + replicas,
-		"TERMLOG_LOG_FORMAT=json", "TERMLOG_FAILPOINTS=", "GOTRACEBACK=all"}
-	logs := filepath.Join(dir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
+	})
+	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	add := func(name, ns string, args ...string) {
-		argv := append(append(c.node(ns).Exec()[1:], c.bin), args...)
-		c.procs = append(c.procs, &Proc{Name: name, Bin: "ip", Args: argv, Env: c.env, LogPath: filepath.Join(logs, name+".log")})
-	}
-	for i, name := range c.natsNodes {
-		args := []string{"nats", "--port", pNATSPort, "--data", filepath.Join(dir, name), "--auth-dir", auth}
-		if top == R3 {
-			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(6221+i), "--routes", strings.Join(routes, ","))
-		}
-		add(name, name, args...)
-	}
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("meta-%d", i)
-		add(name, name, "meta", "run", "--id", name, "--shards", "1", "--lease", pLease.String(),
-			"--worker-timeout", pWorkerTimeout.String(), "--store-timeout", pStoreTimeout.String(), "--metrics-addr", pMetrics)
-	}
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("store-%d", i)
-		add(name, name, "logstore", "--id", name, "--raft-addr", net.JoinHostPort(c.node(name).IP, "63001"),
-			"--data", filepath.Join(dir, name), "--restart-grace", "0", "--metrics-addr", pMetrics)
-	}
-	for i := 1; i <= 2; i++ {
-		add(fmt.Sprintf("worker-%d", i), "client", "worker", "run", "--endpoint", net.JoinHostPort(c.node("client").IP, fmt.Sprint(5687+i)))
-	}
-	// The embedded NATS listens on 127.0.0.1 only. Relays in each NATS
-	// namespace: its address to its client port, its address to its route
-	// port, and 127.0.0.1:<a peer's route port> to that peer's address, so
-	// routes cross the bridge (and its cuts) too. A relay dials per
-	// connection, so it may start before the server listens.
-	relay := func(nd *netns.Node, listen, target string) {
-		r, err := nd.Relay(listen, target)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.relays = append(c.relays, r)
-	}
-	for i, name := range c.natsNodes {
-		nd := c.node(name)
-		relay(nd, net.JoinHostPort(nd.IP, pNATSPort), "127.0.0.1:"+pNATSPort)
-		if top != R3 {
-			continue
-		}
-		relay(nd, net.JoinHostPort(nd.IP, fmt.Sprint(6221+i)), fmt.Sprintf("127.0.0.1:%d", 6221+i))
-		for j, peer := range c.natsNodes {
-			if j != i {
-				relay(nd, fmt.Sprintf("127.0.0.1:%d", 6221+j), net.JoinHostPort(c.node(peer).IP, fmt.Sprint(6221+j)))
-			}
-		}
-	}
-	for _, p := range c.procs {
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.startProbes(auth, strings.Join(urls, ","), 2); err != nil {
+	if err := c.startProbes(2); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -198,12 +89,12 @@ func (c *pcluster) cutFromNATS(ctx context.Context, name string) {
 // startProbes runs n probe workers (chaos.Probe: every RPC recorded with
 // its invoke and return) from the client namespace: their NATS connection
 // and their control-stream listener live there.
-func (c *pcluster) startProbes(auth, urls string, n int) error {
+func (c *pcluster) startProbes(n int) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	c.stopProbes = func() { cancel(); wg.Wait() }
 	for i := 1; i <= n; i++ {
-		p, err := newProbe(fmt.Sprintf("partition-probe-%d", i), auth, strings.Split(urls, ","), c.node("client"), uint64(i), c.ops)
+		p, err := newProbe(fmt.Sprintf("partition-probe-%d", i), c.Auth, c.URLs, c.node(ClientNode), uint64(i), c.ops)
 		if err != nil {
 			return err
 		}
@@ -216,51 +107,17 @@ func (c *pcluster) startProbes(auth, urls string, n int) error {
 	return nil
 }
 
-func (c *pcluster) stop() {
-	// Workers and stores first, metas, NATS last (as Cluster.Stop).
-	order := func(p *Proc) int {
-		switch {
-		case strings.HasPrefix(p.Name, "worker"), strings.HasPrefix(p.Name, "store"):
-			return 0
-		case strings.HasPrefix(p.Name, "meta"):
-			return 1
-		}
-		return 2
-	}
-	for phase := range 3 {
-		done := make(chan struct{}, len(c.procs))
-		n := 0
-		for _, p := range c.procs {
-			if order(p) == phase {
-				n++
-				go func() { _ = p.Term(5 * time.Second); done <- struct{}{} }()
-			}
-		}
-		for range n {
-			<-done
-		}
-	}
-}
-
 func (c *pcluster) dumpLogs(t *testing.T) {
-	for _, p := range c.procs {
+	for _, p := range c.All() {
 		b, _ := os.ReadFile(p.LogPath)
 		t.Logf("---- %s (last lines) ----\n%s", p.Name, lastLines(string(b), 25))
 	}
 }
 
-// run runs the binary inside the client namespace.
+// run runs the binary inside the client namespace (Cluster.Run).
 func (c *pcluster) run(ctx context.Context, args ...string) (stdout, stderr string, code int, err error) {
-	cmd := c.node("client").Command(ctx, c.bin, args...)
-	cmd.Env = append(os.Environ(), c.env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ctx.Err() == nil {
-		return out.String(), errb.String(), ee.ExitCode(), nil
-	}
-	return out.String(), errb.String(), 0, err
+	r, err := c.Run(ctx, args...)
+	return r.Stdout, r.Stderr, r.Code, err
 }
 
 // status reads `status -o json` from the client namespace and records the
@@ -322,22 +179,7 @@ func (c *pcluster) waitHealthy(within time.Duration) (Status, time.Duration) {
 
 // metrics scrapes a role's /metrics inside its namespace.
 func (c *pcluster) metrics(ctx context.Context, name string) (map[string]float64, error) {
-	nd := c.node(name)
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return nd.Dial(ctx, addr) }}
-	defer tr.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pMetrics+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := c.scrape(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +266,7 @@ func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 	}
 	vs := append(LogContiguous(evs, code, out+errOut), OneWriterPerTerm(evs)...)
 	logs := map[string]string{}
-	for _, p := range c.procs {
+	for _, p := range c.All() {
 		b, _ := os.ReadFile(p.LogPath)
 		logs[p.Name] = string(b)
 	}
@@ -440,7 +282,7 @@ func (c *pcluster) checkStream(ctx context.Context, label string) []Event {
 	}
 	vs = append(vs, qv...)
 	h := ToHistory(c.ops.Ops())
-	if _, err := history.Check(h, history.Options{WorkerTimeout: pWorkerTimeout, Dir: filepath.Join(c.dir, label+"-history"), Timeout: time.Minute}); err != nil {
+	if _, err := history.Check(h, history.Options{WorkerTimeout: c.Cfg.WorkerTimeout, Dir: filepath.Join(c.dir, label+"-history"), Timeout: time.Minute}); err != nil {
 		vs = append(vs, Violation{CheckHistory, err.Error()})
 	}
 	kinds := map[string]int{}
@@ -529,7 +371,7 @@ func natsNodeCut(ctx context.Context, c *pcluster) {
 	t.Logf("%s cut from its peers: a leader holds the lease %v later", cut, took.Round(time.Millisecond))
 	// Hold the partition past the store timeout: stores that talk to the
 	// cut node are marked down, and the quorum rule keeps their shard.
-	hold := time.Now().Add(2 * pStoreTimeout)
+	hold := time.Now().Add(2 * c.Cfg.StoreTimeout)
 	for time.Now().Before(hold) {
 		_, _, _ = c.status(ctx)            // reads for the history; failures (through the cut node) are expected
 		time.Sleep(300 * time.Millisecond) // polling interval
@@ -562,8 +404,8 @@ func metaLeaderCut(ctx context.Context, c *pcluster) {
 		stopped = l
 		return ok, "no 'stopped leading' line of term " + fmt.Sprint(oldTerm)
 	})
-	if d := stopped.Time.Sub(cutAt); d > pLease {
-		t.Errorf("%s stopped leading term %d %v after the cut (%s), later than its lease %v", old, oldTerm, d.Round(time.Millisecond), stopped.Reason, pLease)
+	if d := stopped.Time.Sub(cutAt); d > c.Cfg.Lease {
+		t.Errorf("%s stopped leading term %d %v after the cut (%s), later than its lease %v", old, oldTerm, d.Round(time.Millisecond), stopped.Reason, c.Cfg.Lease)
 	} else {
 		t.Logf("%s stopped leading %v after the cut: %s", old, d.Round(time.Millisecond), stopped.Reason)
 	}
@@ -702,7 +544,7 @@ func storeCutFromNATS(ctx context.Context, c *pcluster) {
 		return h.Leader != 0, fmt.Sprintf("health %+v", h)
 	})
 	// Hold the partition a while longer: no change may come of it.
-	hold := time.Now().Add(2 * pStoreTimeout)
+	hold := time.Now().Add(2 * c.Cfg.StoreTimeout)
 	for time.Now().Before(hold) {
 		s, _, err := c.status(ctx)
 		if err == nil && len(s.Shards) > 0 && (s.Shards[0].Operator != "" || len(s.Shards[0].Pending) > 0) {
@@ -751,7 +593,7 @@ func storeCutFromPeers(ctx context.Context, c *pcluster) {
 	took := c.waitFor("a leader on the majority side", 20*time.Second, leaderOnMajority)
 	t.Logf("%s (the Raft leader) cut from %v: a leader on the majority side %v later", cut, peers, took.Round(time.Millisecond))
 	// It stays there while the cut lasts.
-	hold := time.Now().Add(2 * pStoreTimeout)
+	hold := time.Now().Add(2 * c.Cfg.StoreTimeout)
 	for time.Now().Before(hold) {
 		if ok, why := leaderOnMajority(ctx); !ok {
 			t.Fatalf("during the cut: %s", why)
