@@ -252,6 +252,7 @@ func TestCluster3MetaLeaderServerDown(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, 10*time.Second, "the old leader to stop leading", func() bool { ok, _ := old.Leading(); return !ok })
+	testkit.Eventually(t, 10*time.Second, "the old leader's term to be closed", func() bool { return termEnded(old) })
 	t.Logf("old leader stopped leading after %s: %s", time.Since(stopped).Round(time.Millisecond), lastReason(old))
 	var newLeader *metaNode
 	var newTerm uint64
@@ -441,6 +442,13 @@ func checkExactlyOnce(t *testing.T, recs []events.Record, replies []registration
 				rep.incarnation, rep.id, rep.epoch, seqs, rep.epoch)
 		}
 	}
+}
+
+// termEnded reports whether n's last term is closed: every leader task of
+// it joined (Leading turns false earlier, when the term starts ending).
+func termEnded(n *metaNode) bool {
+	terms := n.Terms()
+	return len(terms) > 0 && !terms[len(terms)-1].Ended.IsZero()
 }
 
 func lastReason(n *metaNode) string {

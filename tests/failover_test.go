@@ -102,6 +102,10 @@ func TestStepDownJoinsLeaderTasks(t *testing.T) {
 	_, term := m.Leading()
 	m.StepDown()
 	testkit.Eventually(t, 5*time.Second, "meta-1 to follow", func() bool { ok, _ := m.Leading(); return !ok })
+	// Leading turns false the moment the term ends; the term's record is
+	// closed once every leader task has been joined. From then on none may
+	// be left.
+	testkit.Eventually(t, 5*time.Second, "the term's tasks joined", func() bool { return termEnded(m) })
 	if n := leaderGoroutines(); n != 0 {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d leader goroutines left after stepping down:\n%s", n, buf[:runtime.Stack(buf, true)])
