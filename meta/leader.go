@@ -54,8 +54,9 @@ type leaderSession struct {
 	live         *liveness
 	recov        recoveryState
 	sched        *schedState
-	renewed      atomicTime  // when the last successful renewal was sent (renewLoop writes it; the watchdog and leaseFresh read it)
-	staleCounted atomic.Bool // leaseFresh counted its refusal for this term
+	renewed      atomicTime   // when the last successful renewal was sent (renewLoop writes it; the watchdog and leaseFresh read it)
+	staleCounted atomic.Bool  // leaseFresh counted its refusal for this term
+	queued       atomic.Int64 // RPCs waiting for a handler (serveRPC)
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -272,15 +273,20 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 	// long behind others while the expiry decides.
 	reqs := make(chan *nats.Msg, rpcQueue)
 	beats := make(chan *nats.Msg, 1024)
+	ended := unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
+		if ctx.Err() != nil {
+			l.respond(m, ended) // the next leader answers it: ask there now
+			return
+		}
 		dst := reqs
 		if m.Subject == prefix+client.RPCHeartbeat {
 			dst = beats
 		}
 		select {
 		case dst <- m:
+			l.queued.Add(1)
 		default:
 			l.respond(m, unavailable(errors.New("leader busy: request queue full")))
 		}
@@ -289,7 +295,24 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 		l.lose(fmt.Sprintf("subscribe %s>: %v", prefix, err))
 		return
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() {
+		// The handlers are joined; what is still queued is answered "not
+		// the leader", so each client asks the next leader at once instead
+		// of waiting out its request timeout.
+		wg.Wait()
+		_ = sub.Unsubscribe()
+		for _, q := range []chan *nats.Msg{reqs, beats} {
+			for drained := false; !drained; {
+				select {
+				case m := <-q:
+					l.queued.Add(-1)
+					l.respond(m, ended)
+				default:
+					drained = true
+				}
+			}
+		}
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -308,10 +331,14 @@ func (l *leaderSession) serveRPC(ctx context.Context) {
 // serveQueue handles the requests of one queue in order until ctx is done.
 func (l *leaderSession) serveQueue(ctx context.Context, prefix string, q <-chan *nats.Msg) {
 	for {
+		if ctx.Err() != nil {
+			return // the term ended: serveRPC answers what is still queued
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case m := <-q:
+			l.queued.Add(-1)
 			l.respond(m, l.handle(ctx, strings.TrimPrefix(m.Subject, prefix), m.Data))
 		}
 	}

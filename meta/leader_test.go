@@ -530,3 +530,101 @@ func TestPausedLeaderSendsNothing(t *testing.T) {
 		t.Fatal("the paused leader did not end its term")
 	}
 }
+
+// Requests still queued for a handler when a term ends are answered "not
+// the leader" (each client asks the next leader at once), not dropped to
+// wait out their request timeout. Every handler is held in a registration
+// whose append is held, so the requests beyond rpcHandlers queue; then
+// the term ends.
+func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
+	srv, leaderNC := testkit.NATS(t)
+	clientNC, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clientNC.Close()
+	log := newGateLog(events.NewMemLog())
+	clk := clock.NewManual(t0)
+	tl := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) { c.NC, c.Cluster = leaderNC, "q" })
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	log.mu.Lock()
+	log.hold[log.n+1] = hold // the first registration group's append waits
+	log.mu.Unlock()
+	defer close(hold)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); tl.serveRPC(ctx) }()
+	defer func() { cancel(); <-served }()
+	testkit.Eventually(t, 10*time.Second, "the RPC subscription", func() bool {
+		m, err := clientNC.Request(client.RPCSubject("q", "nope"), nil, 200*time.Millisecond)
+		return err == nil && strings.Contains(string(m.Data), client.CodeBadRequest)
+	})
+
+	const extra = 300
+	n := rpcHandlers + extra
+	inbox := nats.NewInbox()
+	replies := make(chan *nats.Msg, n)
+	sub, err := clientNC.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for i := range n {
+		b, _ := json.Marshal(client.RegisterRequest{Incarnation: fmt.Sprint("w", i), Endpoint: fmt.Sprintf("10.0.%d.%d:7000", i/250, i%250)})
+		if err := clientNC.PublishRequest(client.RPCSubject("q", client.RPCRegister), fmt.Sprintf("%s.%d", inbox, i), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := clientNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d requests queued behind the held handlers", extra), func() bool {
+		return tl.queued.Load() >= extra
+	})
+	if len(replies) != 0 {
+		t.Fatalf("%d replies while every append was held", len(replies))
+	}
+
+	cancel() // the term ends
+	<-served
+	got := map[string]int{}
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("a reply to each of the %d requests", n), func() bool {
+		for {
+			select {
+			case m := <-replies:
+				var rep client.Reply
+				code := "ok"
+				if json.Unmarshal(m.Data, &rep) != nil {
+					code = "undecodable"
+				} else if rep.Error != nil {
+					code = rep.Error.Code
+				}
+				got[code]++
+			default:
+				return len(replies) == 0 && sum(got) == n
+			}
+		}
+	})
+	// A group whose append was in flight may still commit (its retry
+	// carries the same message ids, under a lease still held): those get
+	// ok. Every other answer is "not the leader".
+	if got[client.CodeNotLeader] < extra || got[client.CodeNotLeader]+got["ok"] != n {
+		t.Fatalf("replies by code %v, want %d, at least %d of them %s and the rest ok", got, n, extra, client.CodeNotLeader)
+	}
+	t.Logf("replies by code: %v", got)
+	if q := tl.queued.Load(); q != 0 {
+		t.Fatalf("%d requests still counted as queued", q)
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
