@@ -29,7 +29,13 @@ import (
 // waits for shard 1 at 3/3 on them.
 func (c *cluster_) shardOnThree(t *testing.T, id string) (*metaNode, []*storeNode) {
 	t.Helper()
-	m := c.startMeta(id, schedOpts())
+	return c.shardOnThreeWith(t, id, schedOpts())
+}
+
+// shardOnThreeWith is shardOnThree with the meta replica's options.
+func (c *cluster_) shardOnThreeWith(t *testing.T, id string, o metaOpts) (*metaNode, []*storeNode) {
+	t.Helper()
+	m := c.startMeta(id, o)
 	stores := []*storeNode{c.newStore("store-1"), c.newStore("store-2"), c.newStore("store-3")}
 	testkit.Eventually(t, 30*time.Second, "shard 1 at 3/3", func() bool { _, ok := fullShard(m, 1, stores...); return ok })
 	return m, stores
@@ -382,7 +388,14 @@ func TestAddWithoutQuorumConverges(t *testing.T) {
 // one adds on another store, while the first target stays down.
 func TestAddTargetGoneTimesOut(t *testing.T) {
 	c := newCluster(t)
-	m, stores := c.shardOnThree(t, "meta-1")
+	// A long lease: the step timeout must be what fails the operator. In
+	// one CI run (-race, packages in parallel) the only replica's term
+	// changed mid-test and the new term abandoned the operator first, so
+	// the test could not judge; a lone replica changes term only when its
+	// lease's renewal comes late (the watchdog, or a renewal past lease/3).
+	o := schedOpts()
+	o.lease = 10 * time.Second
+	m, stores := c.shardOnThreeWith(t, "meta-1", o)
 	s4 := c.spare(t, m, "store-4")
 
 	m.fp.Pause(meta.FPOperatorAfterExec)
