@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/termlog/termlog/logstore"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,9 +69,12 @@ func newRoot() *cobra.Command {
 				return g.envErr
 			}
 			// Checked before anything starts, by every command.
-			if _, err := g.logger(); err != nil {
+			lg, err := g.logger()
+			if err != nil {
 				return err
 			}
+			// Dragonboat's own lines in the same format as termlog's.
+			logstore.LogDragonboatTo(lg)
 			return nil
 		},
 	}
