@@ -109,6 +109,7 @@ type HealthRecord struct {
 
 type Status struct {
 	LeaseHolder string         `json:"lease_holder"`
+	LeaseError  string         `json:"lease_error,omitempty"`
 	Seq         uint64         `json:"seq"`
 	Term        uint64         `json:"term"`
 	Leader      string         `json:"leader"`

@@ -372,9 +372,9 @@ func natsNodeCut(ctx context.Context, c *pcluster) {
 		}
 		ok := s.LeaseHolder != "" && s.LeaseHolder == s.Leader && s.Term >= st.Term
 		if !ok {
-			t.Logf("read invoked %v after the cut: term %d leader %s lease %q", invoked.Sub(cutAt).Round(time.Millisecond), s.Term, s.Leader, s.LeaseHolder)
+			t.Logf("read invoked %v after the cut: term %d leader %s lease %q %s", invoked.Sub(cutAt).Round(time.Millisecond), s.Term, s.Leader, s.LeaseHolder, s.LeaseError)
 		}
-		return ok, fmt.Sprintf("term %d leader %s lease %s", s.Term, s.Leader, s.LeaseHolder)
+		return ok, fmt.Sprintf("term %d leader %s lease %s %s", s.Term, s.Leader, s.LeaseHolder, s.LeaseError)
 	})
 	t.Logf("%s cut from its peers: a leader holds the lease %v later", cut, took.Round(time.Millisecond))
 	// Hold the partition past the store timeout: stores that talk to the

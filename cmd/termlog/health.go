@@ -60,7 +60,10 @@ func readHealth(ctx context.Context, nc *nats.Conn, cluster string) (*meta.Healt
 // change or blocked, a store down or silent while it drains.
 func judge(s Status, rec *meta.HealthRecord, age, stale time.Duration) []string {
 	var out []string
-	if s.LeaseHolder == "" {
+	switch {
+	case s.LeaseError != "":
+		out = append(out, "lease holder unknown: "+s.LeaseError)
+	case s.LeaseHolder == "":
 		out = append(out, "no meta leader holds the lease")
 	}
 	if rec == nil {

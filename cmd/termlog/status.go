@@ -29,19 +29,22 @@ import (
 // Status is what `termlog status --json` prints: read from the stream and
 // the lease bucket, never from a leader RPC, so it works without a leader.
 type Status struct {
-	Cluster     string                `json:"cluster"`
-	LeaseHolder string                `json:"lease_holder"`
-	Seq         uint64                `json:"seq"`
-	Term        uint64                `json:"term"`
-	TermLease   uint64                `json:"term_lease,omitempty"` // the term's fencing token: the lease revision its leader took
-	Leader      string                `json:"leader"`
-	At          time.Time             `json:"at"`
-	Hash        string                `json:"hash"`
-	Workers     []projections.Worker  `json:"workers"`
-	Stores      []projections.Store   `json:"stores"`
-	Shards      []projections.Shard   `json:"shards"`
-	Counters    projections.Counters  `json:"counters"`
-	Anomalies   []projections.Anomaly `json:"anomalies"`
+	Cluster     string `json:"cluster"`
+	LeaseHolder string `json:"lease_holder"`
+	// LeaseError is why the lease bucket could not be read (LeaseHolder is
+	// then unknown, not empty).
+	LeaseError string                `json:"lease_error,omitempty"`
+	Seq        uint64                `json:"seq"`
+	Term       uint64                `json:"term"`
+	TermLease  uint64                `json:"term_lease,omitempty"` // the term's fencing token: the lease revision its leader took
+	Leader     string                `json:"leader"`
+	At         time.Time             `json:"at"`
+	Hash       string                `json:"hash"`
+	Workers    []projections.Worker  `json:"workers"`
+	Stores     []projections.Store   `json:"stores"`
+	Shards     []projections.Shard   `json:"shards"`
+	Counters   projections.Counters  `json:"counters"`
+	Anomalies  []projections.Anomaly `json:"anomalies"`
 	// FromSnapshot is the snapshot the fold started from (absent: seq 1).
 	FromSnapshot *events.SnapshotInfo `json:"from_snapshot,omitempty"`
 	// Health is the leader's published shard and store health, its age,
@@ -95,8 +98,11 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		FromSnapshot: origin.Snapshot,
 	}
 	lease := 3 * time.Second
-	holder, ttl := leaseHolder(ctx, nc, cluster)
+	holder, ttl, err := leaseHolder(ctx, nc, cluster)
 	s.LeaseHolder = holder
+	if err != nil {
+		s.LeaseError = err.Error()
+	}
 	if ttl > 0 {
 		lease = ttl
 	}
@@ -120,27 +126,34 @@ const leaseRead = 5 * time.Second
 // leaseHolder reads who holds the lease ("" when nobody does or the
 // bucket cannot be read within leaseRead) and the bucket's TTL (0 when
 // unknown), asking again while the bucket does not answer.
-func leaseHolder(ctx context.Context, nc *nats.Conn, cluster string) (holder string, ttl time.Duration) {
+func leaseHolder(ctx context.Context, nc *nats.Conn, cluster string) (holder string, ttl time.Duration, err error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return "", 0
+		return "", 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, leaseRead)
 	defer cancel()
+	bucket := meta.LeaseBucket(cluster)
 	var kv jetstream.KeyValue
 	if err := natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) (err error) {
-		kv, err = js.KeyValue(ctx, meta.LeaseBucket(cluster))
+		kv, err = js.KeyValue(ctx, bucket)
 		return err
 	}); err != nil {
-		return "", 0
+		return "", 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
 	}
-	_ = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
+	err = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
 		e, err := kv.Get(ctx, meta.LeaseKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil // no holder: the lease expired or was released
+		}
 		if err == nil {
 			holder = string(e.Value())
 		}
 		return err
 	})
+	if err != nil {
+		return "", 0, fmt.Errorf("lease bucket %s: get %s: %w", bucket, meta.LeaseKey, err)
+	}
 	_ = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
 		ks, err := kv.Status(ctx)
 		if err == nil {
@@ -148,12 +161,15 @@ func leaseHolder(ctx context.Context, nc *nats.Conn, cluster string) (holder str
 		}
 		return err
 	})
-	return holder, ttl
+	return holder, ttl, nil
 }
 
 func printStatus(w io.Writer, s Status) {
 	holder := s.LeaseHolder
-	if holder == "" {
+	switch {
+	case s.LeaseError != "":
+		holder = "unknown (" + s.LeaseError + ")"
+	case holder == "":
 		holder = "none (no leader holds the lease)"
 	}
 	term := fmt.Sprint(s.Term)
