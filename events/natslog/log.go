@@ -471,12 +471,57 @@ func (l *Log) attemptCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, l.cfg.RequestTimeout)
 }
 
+// state is the stream's state (first and last seq, message count).
+//
+// Stream info alone is not a read of the stream: a member of a replicated
+// stream that sees its group leaderless (a node cut from its peers, or one
+// rejoining after a partition) answers it from its own copy, which may be
+// behind what a reader already saw (the chaos suite caught a status read
+// going back from seq 25 to 22 that way). So the state must reach the last
+// seq the stream's leader holds (leaderTail); a state behind it is asked
+// again, and the leader's own answer comes.
 func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
-	info, err := l.info(ctx)
+	tail, _, err := l.leaderTail(ctx)
 	if err != nil {
 		return jetstream.StreamState{}, err
 	}
-	return info.State, nil
+	for {
+		info, err := l.info(ctx)
+		if err != nil {
+			return jetstream.StreamState{}, err
+		}
+		if info.State.LastSeq >= tail {
+			return info.State, nil
+		}
+		if werr := wait(ctx, restartBackoffMin); werr != nil {
+			return jetstream.StreamState{}, fmt.Errorf("natslog: stream %s info: last seq %d, behind its leader's %d: %w", l.name, info.State.LastSeq, tail, werr)
+		}
+	}
+}
+
+// leaderTail is the seq of the stream's last message as its leader holds
+// it: a message read (not direct: the stream denies direct gets) is
+// answered by the stream leader only, and a member that sees no leader
+// answers "not available", which is asked again. found is false when the
+// stream holds no message (empty, or compacted to its tail): then only
+// its state knows the last seq.
+func (l *Log) leaderTail(ctx context.Context) (seq uint64, found bool, err error) {
+	err = l.askAgain(ctx, requestAttempt, func(ctx context.Context) error {
+		m, err := l.stream.GetLastMsgForSubject(ctx, l.subjectAll())
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			seq, found = 0, false
+			return nil
+		case err != nil:
+			return err
+		}
+		seq, found = m.Sequence, true
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("natslog: stream %s last message: %w", l.name, err)
+	}
+	return seq, found, nil
 }
 
 // info reads the stream's info, asking again while it is not answered.
@@ -492,9 +537,14 @@ func (l *Log) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	return info, nil
 }
 
-// Tail implements events.Log.
+// Tail implements events.Log: the last seq as the stream's leader holds it
+// (see state).
 func (l *Log) Tail(ctx context.Context) (uint64, error) {
-	st, err := l.state(ctx)
+	seq, found, err := l.leaderTail(ctx)
+	if err != nil || found {
+		return seq, err
+	}
+	st, err := l.state(ctx) // no message: the state's last seq (0 when empty)
 	return st.LastSeq, err
 }
 
