@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -88,7 +89,26 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
 	}
+	// The lease and health buckets are read while the stream is folded, so
+	// each has the whole of the caller's deadline: read after the fold, a
+	// fold that took most of --timeout left the lease read nothing.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg        sync.WaitGroup
+		holder    string
+		ttl       time.Duration
+		leaseErr  error
+		rec       *meta.HealthRecord
+		healthErr error
+	)
+	wg.Go(func() { holder, ttl, leaseErr = leaseHolder(sctx, nc, cluster) })
+	wg.Go(func() { rec, healthErr = readHealth(sctx, nc, cluster) })
 	st, origin, err := view.LoadFrom(ctx, lg, store, logger, clock.Real{})
+	if err != nil {
+		cancel()
+	}
+	wg.Wait()
 	if err != nil {
 		return Status{}, err
 	}
@@ -96,19 +116,17 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		Cluster: cluster, Seq: st.Seq, Term: st.Term, TermLease: st.Lease, Leader: st.Leader, At: st.At, Hash: st.Hash(),
 		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
 		FromSnapshot: origin.Snapshot,
+		LeaseHolder:  holder,
+	}
+	if leaseErr != nil {
+		s.LeaseError = leaseErr.Error()
 	}
 	lease := 3 * time.Second
-	holder, ttl, err := leaseHolder(ctx, nc, cluster)
-	s.LeaseHolder = holder
-	if err != nil {
-		s.LeaseError = err.Error()
-	}
 	if ttl > 0 {
 		lease = ttl
 	}
-	rec, err := readHealth(ctx, nc, cluster)
-	if err != nil {
-		return Status{}, fmt.Errorf("health bucket %s: %w", meta.HealthBucket(cluster), err)
+	if healthErr != nil {
+		return Status{}, fmt.Errorf("health bucket %s: %w", meta.HealthBucket(cluster), healthErr)
 	}
 	var age time.Duration
 	if rec != nil {
