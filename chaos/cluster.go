@@ -165,7 +165,7 @@ func NewCluster(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	for i := range nodes {
 		name := fmt.Sprintf("nats-%d", i+1)
-		args := []string{"nats", "--port", fmt.Sprint(a.natsPorts[i]), "--data", filepath.Join(cfg.Dir, name), "--auth-dir", c.Auth}
+		args := []string{"nats", "--server-log", "info", "--port", fmt.Sprint(a.natsPorts[i]), "--data", filepath.Join(cfg.Dir, name), "--auth-dir", c.Auth}
 		if cfg.Topology == R3 {
 			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(a.clusterPorts[i]), "--routes", strings.Join(a.routes, ","))
 		}

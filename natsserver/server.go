@@ -61,6 +61,9 @@ type ServerConfig struct {
 	// discards it. Debug and Trace make it verbose.
 	LogWriter    io.Writer
 	Debug, Trace bool
+	// Log, when set, receives each entry instead of LogWriter: level is
+	// nats-server's ("INF", "WRN", "ERR", "FTL", "DBG", "TRC").
+	Log func(level, msg string)
 
 	// ClusterName names the NATS cluster this server joins; empty runs a
 	// standalone server (and the cluster fields below must be empty).
@@ -289,7 +292,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	// Always our logger: the server reports fatal start errors (a port in
 	// use) through it, and the stock logger would exit the process.
-	logger := &serverLogger{w: cfg.LogWriter, fatal: make(chan string, 1)}
+	logger := &serverLogger{w: cfg.LogWriter, fn: cfg.Log, fatal: make(chan string, 1)}
 	ns.SetLoggerV2(logger, cfg.Debug, cfg.Trace, false)
 	s := &Server{ns: ns, cfg: cfg, ready: ready}
 	deadline := time.Now().Add(cfg.ReadyTimeout)
@@ -478,11 +481,16 @@ func (s *Server) Secure() bool { return s.cfg.Auth != nil }
 type serverLogger struct {
 	mu    sync.Mutex
 	w     io.Writer
+	fn    func(level, msg string)
 	fatal chan string
 }
 
 func (l *serverLogger) logf(level, format string, v ...any) string {
 	msg := fmt.Sprintf(format, v...)
+	if l.fn != nil {
+		l.fn(level, msg)
+		return msg
+	}
 	if l.w != nil {
 		l.mu.Lock()
 		fmt.Fprintf(l.w, "nats-server %s %s\n", level, msg)

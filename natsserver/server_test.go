@@ -1,7 +1,9 @@
 package natsserver_test
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -85,5 +87,27 @@ func TestParseSyncPolicy(t *testing.T) {
 		if _, err := natsserver.ParseSyncPolicy(bad); err == nil || !strings.Contains(err.Error(), "always") {
 			t.Errorf("ParseSyncPolicy(%q): %v, want an error naming the choices", bad, err)
 		}
+	}
+}
+
+// TestServerLogFunc: with Log set, every entry reaches it with its level
+// (the server says it is ready at INF), none is dropped on the way.
+func TestServerLogFunc(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	s, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), DontListen: true, Log: func(level, msg string) {
+		mu.Lock()
+		got = append(got, level+" "+msg)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "INF ") && strings.Contains(l, "Server is ready") }) {
+		t.Fatalf("no INF 'Server is ready' entry in %d entries: %q", len(got), got)
 	}
 }

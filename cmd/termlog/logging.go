@@ -49,3 +49,35 @@ func isTerminal(w io.Writer) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// serverLogger is serverLog at --server-log's level (off: nothing).
+func serverLogger(lg zerolog.Logger, level string) (func(level, msg string), error) {
+	if level == "off" {
+		return func(string, string) {}, nil
+	}
+	l, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" || l > zerolog.ErrorLevel || l < zerolog.InfoLevel {
+		return nil, fmt.Errorf("--server-log %q: want info, warn, error or off", level)
+	}
+	return serverLog(lg.Level(max(l, lg.GetLevel())).With().Str("component", "nats-server").Logger()), nil
+}
+
+// serverLog writes nats-server's log entries to lg at the matching level
+// (the server's routes, JetStream elections, slow consumers: what an
+// operator of a NATS node needs to see). --log-level filters them.
+func serverLog(lg zerolog.Logger) func(level, msg string) {
+	return func(level, msg string) {
+		l := zerolog.InfoLevel
+		switch level {
+		case "WRN":
+			l = zerolog.WarnLevel
+		case "ERR", "FTL":
+			l = zerolog.ErrorLevel
+		case "DBG":
+			l = zerolog.DebugLevel
+		case "TRC":
+			l = zerolog.TraceLevel
+		}
+		lg.WithLevel(l).Msg(msg)
+	}
+}

@@ -126,6 +126,7 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 		{args: []string{"up", "--log-format", "xml"}, want: []string{`--log-format "xml"`}},
 		{args: []string{"up", "--log-level", "loud"}, want: []string{`--log-level "loud"`}},
 		{args: []string{"up", "--raft-log-level", "loud"}, want: []string{"loud"}},
+		{args: []string{"nats", "--server-log", "loud"}, want: []string{"--server-log", "loud", "info, warn, error or off"}},
 		{args: []string{"meta", "run", "--lease", "0", "--nats", nowhere}, want: []string{`"--lease"`, "must be > 0"}},
 		{args: []string{"meta", "run", "--worker-timeout", "0", "--nats", nowhere}, want: []string{`"--worker-timeout"`, "must be > 0"}},
 		{args: []string{"worker", "run", "--parallelism", "0", "--nats", nowhere}, want: []string{"--parallelism 0"}},

@@ -67,6 +67,7 @@ func newNATSCmd(g *globals) *cobra.Command {
 	var co natsClusterOpts
 	var sec serverSecurity
 	var syncPolicy natsserver.SyncPolicy
+	var serverLogLevel string
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run an embedded NATS JetStream server on 127.0.0.1, standalone or one node of a cluster (--routes)",
@@ -85,6 +86,13 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := co.serverConfig(natsserver.ServerConfig{DataDir: filepath.Join(data, "nats"), Port: port, Sync: syncPolicy})
 			if err != nil {
+				return err
+			}
+			lg, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if cfg.Log, err = serverLogger(lg, serverLogLevel); err != nil {
 				return err
 			}
 			if port < 0 || port > 65535 {
@@ -140,6 +148,7 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "termlog-nats", "data directory")
+	cmd.Flags().StringVar(&serverLogLevel, "server-log", "warn", "nats-server's own log (routes, JetStream elections, slow consumers) on stderr in termlog's format: info, warn, error or off")
 	cmd.Flags().IntVar(&port, "port", 4222, "client port on 127.0.0.1 (0 picks a free one)")
 	cmd.Flags().StringVar(&co.name, "name", "", "server name, unique and stable in the cluster (default termlog-nats-<cluster-port>)")
 	cmd.Flags().StringVar(&co.clusterName, "cluster-name", "termlog", "NATS cluster name (the same on every node)")
