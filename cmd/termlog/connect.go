@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/natsserver"
 )
@@ -366,4 +367,17 @@ func refused(urls string, timeout time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// watchServer moves a long-running role's connection off a NATS server
+// through which JetStream no longer answers (natslog.WatchServer); the
+// returned stop cancels the watch and waits for it.
+func watchServer(ctx context.Context, nc *nats.Conn, lg zerolog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		natslog.WatchServer(ctx, nc, natslog.DefaultServerWatch, clock.Real{}, lg)
+	}()
+	return func() { cancel(); <-done }
 }

@@ -200,6 +200,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
+				defer watchServer(cmd.Context(), nc, rlg)()
 				r, err := startMeta(cmd.Context(), nc, g.cluster, id, o, fps, lg)
 				if err != nil {
 					return err
@@ -472,6 +473,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
+				defer watchServer(cmd.Context(), nc, slg)()
 				st, err := startStore(cmd.Context(), nc, g.cluster, id, data, addr, useSnaps, o, lg)
 				if err != nil {
 					return err
