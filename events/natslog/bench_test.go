@@ -288,3 +288,33 @@ func BenchmarkAppendSync(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTail compares the two ways of reading a stream's last seq on a
+// stream of 20,000 events: Tail (the stream leader's last message, what
+// reads fold up to) and stream info alone (what Tail was before: a
+// leaderless member may answer it from its own copy).
+func BenchmarkTail(b *testing.B) {
+	bl := newBenchLog(b)
+	const n = 20_000
+	benchFill(b, bl, n)
+	ctx := context.Background()
+	b.Run("leader-last-msg", func(b *testing.B) {
+		for b.Loop() {
+			if seq, err := bl.log.Tail(ctx); err != nil || seq != n {
+				b.Fatalf("tail %d, %v", seq, err)
+			}
+		}
+	})
+	b.Run("stream-info", func(b *testing.B) {
+		s, err := bl.js.Stream(ctx, bl.log.Stream())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			info, err := s.Info(ctx)
+			if err != nil || info.State.LastSeq != n {
+				b.Fatalf("info %v, %v", info, err)
+			}
+		}
+	})
+}
