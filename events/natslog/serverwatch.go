@@ -45,6 +45,12 @@ func (w ServerWatch) ShouldMove(lastAnswer, now time.Time, connected bool, serve
 // WatchServer runs until ctx is done (its caller owns it and waits for
 // it). Any JetStream answer counts, an API error too: only silence and
 // "JetStream not available" mean the server is cut off.
+//
+// The probe is account info, which only JetStream's meta leader answers
+// (503 from every node while it elects one, 4–9 s, hence After > 9 s).
+// Not stream info: a member that sees its stream's group leaderless
+// answers that from its own copy, so a node cut from its peers would
+// answer the probe for as long as the cut lasts.
 func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, clk clock.Clock, lg zerolog.Logger) {
 	js, err := jetstream.New(nc)
 	if err != nil {
