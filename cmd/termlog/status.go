@@ -153,10 +153,14 @@ func leaseHolder(ctx context.Context, nc *nats.Conn, cluster string) (holder str
 	defer cancel()
 	bucket := meta.LeaseBucket(cluster)
 	var kv jetstream.KeyValue
-	if err := natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) (err error) {
+	err = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) (err error) {
 		kv, err = js.KeyValue(ctx, bucket)
 		return err
-	}); err != nil {
+	})
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", 0, nil // no meta has run yet: no holder
+	}
+	if err != nil {
 		return "", 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
 	}
 	err = natslog.AskAgain(ctx, nc, time.Second, func(ctx context.Context) error {
