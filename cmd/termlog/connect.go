@@ -370,14 +370,24 @@ func refused(urls string, timeout time.Duration) bool {
 }
 
 // watchServer moves a long-running role's connection off a NATS server
-// through which JetStream no longer answers (natslog.WatchServer); the
-// returned stop cancels the watch and waits for it.
-func watchServer(ctx context.Context, nc *nats.Conn, lg zerolog.Logger) (stop func()) {
+// through which probe gets no answer (natslog.WatchServer); the returned
+// stop cancels the watch and waits for it.
+func watchServer(ctx context.Context, nc *nats.Conn, probe func(context.Context) error, lg zerolog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		natslog.WatchServer(ctx, nc, natslog.DefaultServerWatch, clock.Real{}, lg)
+		natslog.WatchServer(ctx, nc, natslog.DefaultServerWatch, probe, clock.Real{}, lg)
 	}()
 	return func() { cancel(); <-done }
+}
+
+// watchJetStream is watchServer probing JetStream (meta, logstore).
+func watchJetStream(ctx context.Context, nc *nats.Conn, lg zerolog.Logger) (stop func()) {
+	probe, err := natslog.AccountInfoProbe(nc)
+	if err != nil {
+		lg.Warn().Err(err).Msg("NATS server watch not started")
+		return func() {}
+	}
+	return watchServer(ctx, nc, probe, lg)
 }

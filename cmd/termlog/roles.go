@@ -200,7 +200,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
-				defer watchServer(cmd.Context(), nc, rlg)()
+				defer watchJetStream(cmd.Context(), nc, rlg)()
 				r, err := startMeta(cmd.Context(), nc, g.cluster, id, o, fps, lg)
 				if err != nil {
 					return err
@@ -411,6 +411,10 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer stop()
+			// A worker does not use JetStream: its probe is whether meta
+			// answered any of its requests lately (it heartbeats every
+			// second).
+			defer watchServer(ctx, nc, w.AnsweredWithin(3*time.Second), wlg)()
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
 			wg.Add(2)
@@ -473,7 +477,7 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer nc.Close()
-				defer watchServer(cmd.Context(), nc, slg)()
+				defer watchJetStream(cmd.Context(), nc, slg)()
 				st, err := startStore(cmd.Context(), nc, g.cluster, id, data, addr, useSnaps, o, lg)
 				if err != nil {
 					return err

@@ -42,21 +42,28 @@ func (w ServerWatch) ShouldMove(lastAnswer, now time.Time, connected bool, serve
 	return connected && servers > 1 && now.Sub(lastAnswer) >= w.After
 }
 
-// WatchServer runs until ctx is done (its caller owns it and waits for
-// it). Any JetStream answer counts, an API error too: only silence and
-// "JetStream not available" mean the server is cut off.
-//
-// The probe is account info, which only JetStream's meta leader answers
-// (503 from every node while it elects one, 4–9 s, hence After > 9 s).
-// Not stream info: a member that sees its stream's group leaderless
-// answers that from its own copy, so a node cut from its peers would
-// answer the probe for as long as the cut lasts.
-func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, clk clock.Clock, lg zerolog.Logger) {
+// AccountInfoProbe asks JetStream for the account's info: only
+// JetStream's meta leader answers it (503 from every node while it elects
+// one, 4–9 s, hence After > 9 s). Not stream info: a member that sees its
+// stream's group leaderless answers that from its own copy, so a node cut
+// from its peers would keep answering the probe for as long as the cut
+// lasts.
+func AccountInfoProbe(nc *nats.Conn) (func(context.Context) error, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		lg.Warn().Err(err).Msg("NATS server watch not started")
-		return
+		return nil, err
 	}
+	return func(ctx context.Context) error {
+		_, err := js.AccountInfo(ctx)
+		return err
+	}, nil
+}
+
+// WatchServer runs until ctx is done (its caller owns it and waits for
+// it), calling probe every w.Every. Any answer counts, an API error too:
+// only silence and "JetStream not available" (503) mean the server is cut
+// off.
+func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, probe func(context.Context) error, clk clock.Clock, lg zerolog.Logger) {
 	last := clk.Now()
 	for {
 		select {
@@ -69,7 +76,7 @@ func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, clk clock.Cl
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, w.Every)
-		_, err := js.AccountInfo(pctx)
+		err := probe(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -84,7 +91,7 @@ func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, clk clock.Cl
 		}
 		url := nc.ConnectedUrlRedacted()
 		lg.Warn().Str("url", url).Dur("unanswered_for", now.Sub(last)).Err(err).
-			Msg("JetStream does not answer through this NATS server; moving to another")
+			Msg("no answer through this NATS server; moving to another")
 		if err := nc.ForceReconnect(); err != nil {
 			lg.Warn().Err(err).Msg("moving to another NATS server")
 		}

@@ -44,11 +44,15 @@ func TestWatchServerMovesOffASilentJetStream(t *testing.T) {
 	if nc.ConnectedUrl() != silent.ClientURL() {
 		t.Fatalf("connected to %s first, want the silent server %s", nc.ConnectedUrl(), silent.ClientURL())
 	}
+	probe, err := natslog.AccountInfoProbe(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		natslog.WatchServer(ctx, nc, natslog.ServerWatch{Every: 50 * time.Millisecond, After: 300 * time.Millisecond}, clock.Real{}, testkit.Logger(t))
+		natslog.WatchServer(ctx, nc, natslog.ServerWatch{Every: 50 * time.Millisecond, After: 300 * time.Millisecond}, probe, clock.Real{}, testkit.Logger(t))
 	}()
 	defer func() { cancel(); <-done }()
 	testkit.Eventually(t, 10*time.Second, "the connection moves to the server with JetStream", func() bool {

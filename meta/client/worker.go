@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,8 @@ type Worker struct {
 
 	mu  sync.Mutex
 	ref WorkerRef
+
+	lastReply atomic.Int64 // UnixNano (cfg.Clock) of the last reply from meta, any reply
 }
 
 // NewWorker returns a worker client on nc.
@@ -90,6 +93,7 @@ func (w *Worker) call(ctx context.Context, rpc string, req any) (Reply, error) {
 		cancel()
 		var rep Reply
 		if err == nil {
+			w.lastReply.Store(w.cfg.Clock.Now().UnixNano())
 			if jerr := json.Unmarshal(msg.Data, &rep); jerr != nil {
 				err = fmt.Errorf("malformed reply: %v", jerr)
 			} else if rep.Error != nil {
@@ -113,6 +117,22 @@ func (w *Worker) call(ctx context.Context, rpc string, req any) (Reply, error) {
 		case <-w.cfg.Clock.After(backoff):
 		}
 		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// ErrNoReply is AnsweredWithin's probe error: meta answered nothing lately.
+var ErrNoReply = errors.New("no reply from meta")
+
+// AnsweredWithin is a probe for natslog.WatchServer: nil while meta has
+// answered one of this worker's requests (a not-leader reply too) within
+// d, ErrNoReply after. Before the first reply it counts from now.
+func (w *Worker) AnsweredWithin(d time.Duration) func(context.Context) error {
+	w.lastReply.CompareAndSwap(0, w.cfg.Clock.Now().UnixNano())
+	return func(context.Context) error {
+		if w.cfg.Clock.Now().Sub(time.Unix(0, w.lastReply.Load())) > d {
+			return ErrNoReply
+		}
+		return nil
 	}
 }
 
