@@ -22,8 +22,8 @@ import (
 // the cut node: no lease holder for the whole minute). WatchServer moves
 // such a connection to another server.
 
-// ServerWatch says how a connection's server is watched: a JetStream
-// request every Every, each bounded by Every; the connection moves to
+// ServerWatch says how a connection's server is watched: a probe every
+// Every, each bounded by Every; the connection moves to
 // another server once none has been answered for After, and waits at
 // least After before it moves again.
 type ServerWatch struct {
@@ -99,9 +99,11 @@ func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, probe func(c
 	}
 }
 
-// answered: the request reached a JetStream that answered it.
+// answered: the probe reached something that answered it. A permission
+// violation is an answer too (the server refused the probe; moving would
+// not help, and a key without the probe's grant must not move forever).
 func answered(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, nats.ErrPermissionViolation) {
 		return true
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
