@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -57,13 +55,11 @@ type ServerConfig struct {
 	// Sync says when the file store syncs to disk. The zero value,
 	// SyncAlways, syncs every write before the server acknowledges it.
 	Sync SyncPolicy
-	// LogWriter receives the server's log, one line per entry; nil
-	// discards it. Debug and Trace make it verbose.
-	LogWriter    io.Writer
+	// Log receives the server's log, one call per entry, from the server's
+	// goroutines at once; level is nats-server's ("INF", "WRN", "ERR",
+	// "FTL", "DBG", "TRC"). nil discards it. Debug and Trace make it verbose.
+	Log          func(level, msg string)
 	Debug, Trace bool
-	// Log, when set, receives each entry instead of LogWriter: level is
-	// nats-server's ("INF", "WRN", "ERR", "FTL", "DBG", "TRC").
-	Log func(level, msg string)
 
 	// ClusterName names the NATS cluster this server joins; empty runs a
 	// standalone server (and the cluster fields below must be empty).
@@ -292,7 +288,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	// Always our logger: the server reports fatal start errors (a port in
 	// use) through it, and the stock logger would exit the process.
-	logger := &serverLogger{w: cfg.LogWriter, fn: cfg.Log, fatal: make(chan string, 1)}
+	logger := &serverLogger{fn: cfg.Log, fatal: make(chan string, 1)}
 	ns.SetLoggerV2(logger, cfg.Debug, cfg.Trace, false)
 	s := &Server{ns: ns, cfg: cfg, ready: ready}
 	deadline := time.Now().Add(cfg.ReadyTimeout)
@@ -476,11 +472,9 @@ func (s *Server) Shutdown() {
 // Secure reports whether clients must authenticate (ServerConfig.Auth).
 func (s *Server) Secure() bool { return s.cfg.Auth != nil }
 
-// serverLogger writes the server's log to w (if any) and hands the first
-// fatal error to StartServer. It never exits the process.
+// serverLogger hands the server's log to fn (if any) and the first fatal
+// error to StartServer. It never exits the process.
 type serverLogger struct {
-	mu    sync.Mutex
-	w     io.Writer
 	fn    func(level, msg string)
 	fatal chan string
 }
@@ -489,12 +483,6 @@ func (l *serverLogger) logf(level, format string, v ...any) string {
 	msg := fmt.Sprintf(format, v...)
 	if l.fn != nil {
 		l.fn(level, msg)
-		return msg
-	}
-	if l.w != nil {
-		l.mu.Lock()
-		fmt.Fprintf(l.w, "nats-server %s %s\n", level, msg)
-		l.mu.Unlock()
 	}
 	return msg
 }

@@ -731,7 +731,7 @@ func TestStartServerErrors(t *testing.T) {
 	defer ln.Close()
 	var log syncBuffer
 	s, err := natsserver.StartServer(natsserver.ServerConfig{
-		DataDir: t.TempDir(), Port: ln.Addr().(*net.TCPAddr).Port, LogWriter: &log,
+		DataDir: t.TempDir(), Port: ln.Addr().(*net.TCPAddr).Port, Log: func(_, msg string) { fmt.Fprintln(&log, msg) },
 	})
 	if err == nil {
 		s.Shutdown()
