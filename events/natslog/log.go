@@ -544,8 +544,11 @@ func (l *Log) Tail(ctx context.Context) (uint64, error) {
 	if err != nil || found {
 		return seq, err
 	}
-	st, err := l.state(ctx) // no message: the state's last seq (0 when empty)
-	return st.LastSeq, err
+	info, err := l.info(ctx) // no message: the state's last seq (0 when empty)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
 }
 
 // Read implements events.Log. fn runs on a goroutine of the JetStream
