@@ -24,3 +24,29 @@ func TestJudgeFencesAnOldTermsRecord(t *testing.T) {
 		t.Fatalf("current term's record: problems %q", problems)
 	}
 }
+
+// TestLeaseReadErrorIsUnknown: a lease bucket that could not be read makes
+// the holder unknown, named with the cause, in the problems and the table;
+// an empty holder read cleanly is "no leader".
+func TestLeaseReadErrorIsUnknown(t *testing.T) {
+	rec := &meta.HealthRecord{Leader: "meta-1", Term: 7, At: time.Now()}
+	rec.Recovery.State = meta.RecoveryComplete
+	s := Status{Term: 7, LeaseError: "lease bucket termlog_leader: context deadline exceeded"}
+	if p := judge(s, rec, 0, time.Minute); len(p) != 1 || p[0] != "lease holder unknown: "+s.LeaseError {
+		t.Fatalf("problems %q, want the unknown holder and its cause only", p)
+	}
+	var b strings.Builder
+	printStatus(&b, s)
+	if !strings.Contains(b.String(), "lease holder unknown (lease bucket termlog_leader: context deadline exceeded)") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	s.LeaseError = ""
+	if p := judge(s, rec, 0, time.Minute); len(p) != 1 || p[0] != "no meta leader holds the lease" {
+		t.Fatalf("problems %q, want no leader", p)
+	}
+	b.Reset()
+	printStatus(&b, s)
+	if !strings.Contains(b.String(), "lease holder none (no leader holds the lease)") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}

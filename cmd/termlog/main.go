@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/termlog/termlog/logstore"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/termlog/termlog/logstore"
 )
 
 func main() {

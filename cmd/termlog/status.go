@@ -141,9 +141,10 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 // elects a leader within a lease or two after a NATS node is lost.
 const leaseRead = 5 * time.Second
 
-// leaseHolder reads who holds the lease ("" when nobody does or the
-// bucket cannot be read within leaseRead) and the bucket's TTL (0 when
-// unknown), asking again while the bucket does not answer.
+// leaseHolder reads who holds the lease ("" when nobody does: no bucket
+// yet, or no key) and the bucket's TTL (0 when unknown), asking again
+// while the bucket does not answer, for at most leaseRead. err says why
+// the holder could not be read: then it is unknown, not "".
 func leaseHolder(ctx context.Context, nc *nats.Conn, cluster string) (holder string, ttl time.Duration, err error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
