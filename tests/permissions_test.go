@@ -533,3 +533,31 @@ func TestEveryClientRPCGranted(t *testing.T) {
 		}
 	}
 }
+
+// TestPermServerWatchProbes: the keys of the roles whose connections are
+// watched with the JetStream probe (meta, store) may send it. A refused
+// probe is not an error but silence (nats.go times the request out), so a
+// key without the grant would move its connection every 10 s for ever.
+// The worker's key may not: workers are watched by their meta replies.
+func TestPermServerWatchProbes(t *testing.T) {
+	c := newSecureCluster(t)
+	for _, tc := range []struct {
+		role     natsserver.Role
+		answered bool
+	}{
+		{natsserver.RoleMeta, true},
+		{natsserver.RoleStore, true},
+		{natsserver.RoleWorker, false},
+	} {
+		probe, err := natslog.AccountInfoProbe(c.connAs(tc.role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err = probe(ctx)
+		cancel()
+		if (err == nil) != tc.answered {
+			t.Errorf("%s key: probe error %v, want answered %v", tc.role, err, tc.answered)
+		}
+	}
+}

@@ -99,11 +99,12 @@ func WatchServer(ctx context.Context, nc *nats.Conn, w ServerWatch, probe func(c
 	}
 }
 
-// answered: the probe reached something that answered it. A permission
-// violation is an answer too (the server refused the probe; moving would
-// not help, and a key without the probe's grant must not move forever).
+// answered: the probe reached something that answered it. A probe the
+// key may not send is not answered either: nats.go reports the violation
+// to the connection's error handler, and the request times out. So every
+// watched role's key must grant its probe (tests/TestPermServerWatchProbes).
 func answered(err error) bool {
-	if err == nil || errors.Is(err, nats.ErrPermissionViolation) {
+	if err == nil {
 		return true
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||

@@ -36,8 +36,7 @@ func TestServerWatchAnswered(t *testing.T) {
 		want bool
 	}{
 		{nil, true},
-		{fmt.Errorf("probe: %w", nats.ErrPermissionViolation), true}, // refused: moving would not help
-		{&jetstream.APIError{Code: 404, ErrorCode: 10059}, true},     // any answer: JetStream is there
+		{&jetstream.APIError{Code: 404, ErrorCode: 10059}, true}, // any answer: JetStream is there
 		{&jetstream.APIError{Code: 503, ErrorCode: 10008}, false},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), false},
 		{nats.ErrTimeout, false},
