@@ -34,15 +34,10 @@ type pcluster struct {
 	*Cluster
 	t          *testing.T
 	dir        string
-	net        *netns.Net
 	natsNodes  []string
 	ops        *OpLog // the probes' operations and the status reads
 	stopProbes func()
 }
-
-func (c *pcluster) node(name string) *netns.Node { return c.Node(name) }
-
-func (c *pcluster) proc(name string) *Proc { return c.Proc(name) }
 
 // newPCluster builds the net and starts every role of bin; t.Cleanup
 // stops them and tears the net down (also when the test fails half-way).
@@ -57,7 +52,7 @@ func newPCluster(t *testing.T, top Topology, bin string) *pcluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &pcluster{Cluster: cl, t: t, dir: dir, net: cl.Net, natsNodes: procNames(cl.NATS), ops: &OpLog{}, stopProbes: func() {}}
+	c := &pcluster{Cluster: cl, t: t, dir: dir, natsNodes: procNames(cl.NATS), ops: &OpLog{}, stopProbes: func() {}}
 	t.Cleanup(func() {
 		c.stopProbes()
 		if t.Failed() {
@@ -80,7 +75,7 @@ func newPCluster(t *testing.T, top Topology, bin string) *pcluster {
 func (c *pcluster) cutFromNATS(ctx context.Context, name string) {
 	c.t.Helper()
 	for _, n := range c.natsNodes {
-		if err := c.net.Cut(ctx, name, n); err != nil {
+		if err := c.Net.Cut(ctx, name, n); err != nil {
 			c.t.Fatal(err)
 		}
 	}
@@ -94,7 +89,7 @@ func (c *pcluster) startProbes(n int) error {
 	var wg sync.WaitGroup
 	c.stopProbes = func() { cancel(); wg.Wait() }
 	for i := 1; i <= n; i++ {
-		p, err := newProbe(fmt.Sprintf("partition-probe-%d", i), c.Auth, c.URLs, c.node(ClientNode), uint64(i), c.ops)
+		p, err := newProbe(fmt.Sprintf("partition-probe-%d", i), c.Auth, c.URLs, c.Node(ClientNode), uint64(i), c.ops)
 		if err != nil {
 			return err
 		}
@@ -214,7 +209,7 @@ type logLine struct {
 
 // findLog returns the first line of name's log after since matching f.
 func (c *pcluster) findLog(name string, since time.Time, f func(logLine) bool) (logLine, bool) {
-	b, err := os.ReadFile(c.proc(name).LogPath)
+	b, err := os.ReadFile(c.Proc(name).LogPath)
 	if err != nil {
 		return logLine{}, false
 	}
@@ -350,7 +345,7 @@ func natsNodeCut(ctx context.Context, c *pcluster) {
 	st, _ := c.waitHealthy(60 * time.Second)
 	cut := c.natsNodes[len(c.natsNodes)-1]
 	for _, peer := range c.natsNodes[:len(c.natsNodes)-1] {
-		if err := c.net.Cut(ctx, cut, peer); err != nil {
+		if err := c.Net.Cut(ctx, cut, peer); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -376,7 +371,7 @@ func natsNodeCut(ctx context.Context, c *pcluster) {
 		_, _, _ = c.status(ctx)            // reads for the history; failures (through the cut node) are expected
 		time.Sleep(300 * time.Millisecond) // polling interval
 	}
-	if err := c.net.Heal(ctx); err != nil {
+	if err := c.Net.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	st, took = c.waitHealthy(90 * time.Second)
@@ -392,7 +387,7 @@ func metaLeaderCut(ctx context.Context, c *pcluster) {
 	t := c.t
 	st, _ := c.waitHealthy(60 * time.Second)
 	old, oldTerm := st.Leader, st.Term
-	if c.node(old) == nil {
+	if c.Node(old) == nil {
 		t.Fatalf("leader %q is no meta of this cluster", old)
 	}
 	cutAt := time.Now()
@@ -426,7 +421,7 @@ func metaLeaderCut(ctx context.Context, c *pcluster) {
 	} else if m["termlog_meta_is_leader"] != 0 {
 		t.Fatalf("%s still says it leads while cut from NATS", old)
 	}
-	if err := c.net.Heal(ctx); err != nil {
+	if err := c.Net.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -553,7 +548,7 @@ func storeCutFromNATS(ctx context.Context, c *pcluster) {
 		}
 		time.Sleep(300 * time.Millisecond) // polling interval
 	}
-	if err := c.net.Heal(ctx); err != nil {
+	if err := c.Net.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	st, took := c.waitHealthy(90 * time.Second)
@@ -576,7 +571,7 @@ func storeCutFromPeers(ctx context.Context, c *pcluster) {
 	for i := 1; i <= 3; i++ {
 		if p := fmt.Sprintf("store-%d", i); p != cut {
 			peers = append(peers, p)
-			if err := c.net.Cut(ctx, cut, p); err != nil {
+			if err := c.Net.Cut(ctx, cut, p); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -600,7 +595,7 @@ func storeCutFromPeers(ctx context.Context, c *pcluster) {
 		}
 		time.Sleep(300 * time.Millisecond) // polling interval
 	}
-	if err := c.net.Heal(ctx); err != nil {
+	if err := c.Net.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	st, took = c.waitHealthy(90 * time.Second)
