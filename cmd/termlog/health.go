@@ -11,25 +11,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta"
-	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/meta/health"
 )
 
-// Health is the cluster's health as `status` judges it: the leader's
-// published record (per shard, per store), its age, and the problems that
-// make the cluster degraded. It is part of `status --json`.
-type Health struct {
-	Record   *meta.HealthRecord `json:"record,omitempty"` // nil: none published
-	AgeMS    int64              `json:"age_ms"`           // age of the record when read
-	Healthy  bool               `json:"healthy"`
-	Problems []string           `json:"problems,omitempty"`
-}
+// Health is the cluster's health as `status` judges it (package
+// meta/health holds the judge, so that the web console uses the same one).
+type Health = health.Health
 
 // healthStale is how old a health record may be before status says no
-// leader is publishing: the leader rewrites it every second, and a new
-// leader takes over within a lease.
-func healthStale(lease time.Duration) time.Duration { return lease + 3*time.Second }
+// leader is publishing (health.Stale).
+func healthStale(lease time.Duration) time.Duration { return health.Stale(lease) }
 
 // readHealth reads the leader's health record; nil when none was published.
 func readHealth(ctx context.Context, nc *nats.Conn, cluster string) (*meta.HealthRecord, error) {
@@ -54,66 +46,10 @@ func readHealth(ctx context.Context, nc *nats.Conn, cluster string) (*meta.Healt
 	return &rec, nil
 }
 
-// judge lists what keeps the cluster from healthy: no meta leader, a
-// health record too old, recovery incomplete, workers not running, a shard
-// under-replicated, without a Raft leader, with an operator, a pending
-// change or blocked, a store down or silent while it drains.
+// judge lists what keeps the cluster from healthy (health.Judge: the
+// judge itself lives in meta/health, moved there unchanged).
 func judge(s Status, rec *meta.HealthRecord, age, stale time.Duration) []string {
-	var out []string
-	switch {
-	case s.LeaseError != "":
-		out = append(out, "lease holder unknown: "+s.LeaseError)
-	case s.LeaseHolder == "":
-		out = append(out, "no meta leader holds the lease")
-	}
-	if rec == nil {
-		out = append(out, "no health record: no meta leader has published one")
-		return out
-	}
-	if rec.Term < s.Term {
-		// The fence on read, for the record as for events: a deposed
-		// leader may still be writing it until its lease runs out.
-		out = append(out, fmt.Sprintf("health record from term %d (%s), the stream is at term %d: the current leader has not published yet", rec.Term, rec.Leader, s.Term))
-	}
-	if age > stale {
-		out = append(out, fmt.Sprintf("health record is %s old (written by %s in term %d): no leader is publishing", age.Round(100*time.Millisecond), rec.Leader, rec.Term))
-	}
-	if rec.Recovery.State != meta.RecoveryComplete {
-		out = append(out, fmt.Sprintf("barrier recovery %s", orDashStr(rec.Recovery.State)))
-	}
-	running := 0
-	for _, w := range s.Workers {
-		if w.State == projections.WorkerRunning {
-			running++
-		}
-	}
-	if running < len(s.Workers) {
-		out = append(out, fmt.Sprintf("%d of %d workers running", running, len(s.Workers)))
-	}
-	for _, st := range rec.Stores {
-		switch {
-		case st.State == events.StoreDown:
-			out = append(out, fmt.Sprintf("store %s down", st.Store))
-		case st.State == events.StoreDraining && !st.Live:
-			out = append(out, fmt.Sprintf("store %s draining and silent (until %s)", st.Store, st.Until.Format(time.RFC3339)))
-		}
-	}
-	if n := len(rec.Shards); n < rec.ShardsWanted {
-		out = append(out, fmt.Sprintf("%d of %d shards exist (a shard is created once %d live stores are up)", n, rec.ShardsWanted, 3))
-	}
-	for _, h := range rec.Shards {
-		if !h.Healthy {
-			out = append(out, fmt.Sprintf("shard %d: %s", h.Shard, h.Why))
-		}
-	}
-	return out
-}
-
-func orDashStr(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return health.Judge(s, rec, age, stale)
 }
 
 // printHealth prints the per-shard and per-store health lines of status.

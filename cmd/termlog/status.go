@@ -21,37 +21,14 @@ import (
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/meta/health"
 	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/natsserver"
-	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/view"
 )
 
-// Status is what `termlog status --json` prints: read from the stream and
-// the lease bucket, never from a leader RPC, so it works without a leader.
-type Status struct {
-	Cluster     string `json:"cluster"`
-	LeaseHolder string `json:"lease_holder"`
-	// LeaseError is why the lease bucket could not be read (LeaseHolder is
-	// then unknown, not empty).
-	LeaseError string                `json:"lease_error,omitempty"`
-	Seq        uint64                `json:"seq"`
-	Term       uint64                `json:"term"`
-	TermLease  uint64                `json:"term_lease,omitempty"` // the term's fencing token: the lease revision its leader took
-	Leader     string                `json:"leader"`
-	At         time.Time             `json:"at"`
-	Hash       string                `json:"hash"`
-	Workers    []projections.Worker  `json:"workers"`
-	Stores     []projections.Store   `json:"stores"`
-	Shards     []projections.Shard   `json:"shards"`
-	Counters   projections.Counters  `json:"counters"`
-	Anomalies  []projections.Anomaly `json:"anomalies"`
-	// FromSnapshot is the snapshot the fold started from (absent: seq 1).
-	FromSnapshot *events.SnapshotInfo `json:"from_snapshot,omitempty"`
-	// Health is the leader's published shard and store health, its age,
-	// and what keeps the cluster from healthy.
-	Health Health `json:"health"`
-}
+// Status is what `termlog status --json` prints (health.Status).
+type Status = health.Status
 
 // loadStatus folds the stream, from the newest usable snapshot when the
 // cluster has a snapshot bucket (snapshots passed over are logged to logger).
@@ -112,29 +89,10 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	if err != nil {
 		return Status{}, err
 	}
-	s := Status{
-		Cluster: cluster, Seq: st.Seq, Term: st.Term, TermLease: st.Lease, Leader: st.Leader, At: st.At, Hash: st.Hash(),
-		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
-		FromSnapshot: origin.Snapshot,
-		LeaseHolder:  holder,
-	}
-	if leaseErr != nil {
-		s.LeaseError = leaseErr.Error()
-	}
-	lease := 3 * time.Second
-	if ttl > 0 {
-		lease = ttl
-	}
 	if healthErr != nil {
 		return Status{}, fmt.Errorf("health bucket %s: %w", meta.HealthBucket(cluster), healthErr)
 	}
-	var age time.Duration
-	if rec != nil {
-		age = max(time.Since(rec.At), 0)
-	}
-	s.Health = Health{Record: rec, AgeMS: age.Milliseconds(), Problems: judge(s, rec, age, healthStale(lease))}
-	s.Health.Healthy = len(s.Health.Problems) == 0
-	return s, nil
+	return health.Assemble(cluster, st, origin.Snapshot, health.Read{Holder: holder, LeaseErr: leaseErr, TTL: ttl, Record: rec}, time.Now()), nil
 }
 
 // leaseRead bounds status's read of the lease holder: the lease bucket

@@ -1,0 +1,155 @@
+// Package health is the one judge of a cluster's health: what `termlog
+// status` prints and exits by, what `--wait-healthy` waits for and what the
+// web console shows. It holds the Status that `status -o json` prints, the
+// judge over it and the leader's published health record, and Assemble,
+// which builds a judged Status from a projected state and the lease and
+// health buckets as read. No I/O: its callers read the buckets.
+package health
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/projections"
+)
+
+// Status is what `termlog status --json` prints: read from the stream and
+// the lease bucket, never from a leader RPC, so it works without a leader.
+type Status struct {
+	Cluster     string `json:"cluster"`
+	LeaseHolder string `json:"lease_holder"`
+	// LeaseError is why the lease bucket could not be read (LeaseHolder is
+	// then unknown, not empty).
+	LeaseError string                `json:"lease_error,omitempty"`
+	Seq        uint64                `json:"seq"`
+	Term       uint64                `json:"term"`
+	TermLease  uint64                `json:"term_lease,omitempty"` // the term's fencing token: the lease revision its leader took
+	Leader     string                `json:"leader"`
+	At         time.Time             `json:"at"`
+	Hash       string                `json:"hash"`
+	Workers    []projections.Worker  `json:"workers"`
+	Stores     []projections.Store   `json:"stores"`
+	Shards     []projections.Shard   `json:"shards"`
+	Counters   projections.Counters  `json:"counters"`
+	Anomalies  []projections.Anomaly `json:"anomalies"`
+	// FromSnapshot is the snapshot the fold started from (absent: seq 1).
+	FromSnapshot *events.SnapshotInfo `json:"from_snapshot,omitempty"`
+	// Health is the leader's published shard and store health, its age,
+	// and what keeps the cluster from healthy.
+	Health Health `json:"health"`
+}
+
+// Health is the cluster's health as `status` judges it: the leader's
+// published record (per shard, per store), its age, and the problems that
+// make the cluster degraded. It is part of `status --json`.
+type Health struct {
+	Record   *meta.HealthRecord `json:"record,omitempty"` // nil: none published
+	AgeMS    int64              `json:"age_ms"`           // age of the record when read
+	Healthy  bool               `json:"healthy"`
+	Problems []string           `json:"problems,omitempty"`
+}
+
+// Read is what a caller read from the lease and health buckets for
+// Assemble: the lease holder ("" none) or why it could not be read, the
+// lease bucket's TTL (0 unknown), and the health record (nil: none).
+type Read struct {
+	Holder   string
+	LeaseErr error
+	TTL      time.Duration
+	Record   *meta.HealthRecord
+}
+
+// Assemble is the judged Status of the projected state st (folded from the
+// snapshot snap, nil for seq 1) and what was read from the buckets, as of
+// now: the one place `status` and the console build it.
+func Assemble(cluster string, st *projections.State, snap *events.SnapshotInfo, r Read, now time.Time) Status {
+	s := Status{
+		Cluster: cluster, Seq: st.Seq, Term: st.Term, TermLease: st.Lease, Leader: st.Leader, At: st.At, Hash: st.Hash(),
+		Workers: st.ListWorkers(), Stores: st.ListStores(), Shards: st.ListShards(), Counters: st.Counters, Anomalies: st.Anomalies,
+		FromSnapshot: snap,
+		LeaseHolder:  r.Holder,
+	}
+	if r.LeaseErr != nil {
+		s.LeaseError = r.LeaseErr.Error()
+	}
+	lease := 3 * time.Second
+	if r.TTL > 0 {
+		lease = r.TTL
+	}
+	var age time.Duration
+	if r.Record != nil {
+		age = max(now.Sub(r.Record.At), 0)
+	}
+	s.Health = Health{Record: r.Record, AgeMS: age.Milliseconds(), Problems: Judge(s, r.Record, age, Stale(lease))}
+	s.Health.Healthy = len(s.Health.Problems) == 0
+	return s
+}
+
+// Stale is how old a health record may be before status says no
+// leader is publishing: the leader rewrites it every second, and a new
+// leader takes over within a lease.
+func Stale(lease time.Duration) time.Duration { return lease + 3*time.Second }
+
+// Judge lists what keeps the cluster from healthy: no meta leader, a
+// health record too old, recovery incomplete, workers not running, a shard
+// under-replicated, without a Raft leader, with an operator, a pending
+// change or blocked, a store down or silent while it drains.
+func Judge(s Status, rec *meta.HealthRecord, age, stale time.Duration) []string {
+	var out []string
+	switch {
+	case s.LeaseError != "":
+		out = append(out, "lease holder unknown: "+s.LeaseError)
+	case s.LeaseHolder == "":
+		out = append(out, "no meta leader holds the lease")
+	}
+	if rec == nil {
+		out = append(out, "no health record: no meta leader has published one")
+		return out
+	}
+	if rec.Term < s.Term {
+		// The fence on read, for the record as for events: a deposed
+		// leader may still be writing it until its lease runs out.
+		out = append(out, fmt.Sprintf("health record from term %d (%s), the stream is at term %d: the current leader has not published yet", rec.Term, rec.Leader, s.Term))
+	}
+	if age > stale {
+		out = append(out, fmt.Sprintf("health record is %s old (written by %s in term %d): no leader is publishing", age.Round(100*time.Millisecond), rec.Leader, rec.Term))
+	}
+	if rec.Recovery.State != meta.RecoveryComplete {
+		out = append(out, fmt.Sprintf("barrier recovery %s", orDashStr(rec.Recovery.State)))
+	}
+	running := 0
+	for _, w := range s.Workers {
+		if w.State == projections.WorkerRunning {
+			running++
+		}
+	}
+	if running < len(s.Workers) {
+		out = append(out, fmt.Sprintf("%d of %d workers running", running, len(s.Workers)))
+	}
+	for _, st := range rec.Stores {
+		switch {
+		case st.State == events.StoreDown:
+			out = append(out, fmt.Sprintf("store %s down", st.Store))
+		case st.State == events.StoreDraining && !st.Live:
+			out = append(out, fmt.Sprintf("store %s draining and silent (until %s)", st.Store, st.Until.Format(time.RFC3339)))
+		}
+	}
+	if n := len(rec.Shards); n < rec.ShardsWanted {
+		out = append(out, fmt.Sprintf("%d of %d shards exist (a shard is created once %d live stores are up)", n, rec.ShardsWanted, 3))
+	}
+	for _, h := range rec.Shards {
+		if !h.Healthy {
+			out = append(out, fmt.Sprintf("shard %d: %s", h.Shard, h.Why))
+		}
+	}
+	return out
+}
+
+func orDashStr(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
