@@ -36,13 +36,14 @@ type ReportOptions struct {
 
 // reportData is the report's embedded document (gzip, base64).
 type reportData struct {
-	Title     string               `json:"title"`
-	Generated time.Time            `json:"generated"`
-	Events    int                  `json:"events"` // entries folded
-	Shown     int                  `json:"shown"`  // rows in the table (the filter's)
-	Filter    string               `json:"filter,omitempty"`
-	Rows      []Row                `json:"rows"`
-	Rejected  []Row                `json:"rejected"`
+	Title     string    `json:"title"`
+	Generated time.Time `json:"generated"`
+	Events    int       `json:"events"` // entries folded
+	Shown     int       `json:"shown"`  // rows in the table (the filter's)
+	Filter    string    `json:"filter,omitempty"`
+	// Packed are the rows of the table, the rejected rows and each
+	// history's rows, as packRows packs them.
+	Packed    packedRows           `json:"packed"`
 	Timeline  Timeline             `json:"timeline"`
 	State     any                  `json:"state"`
 	Histories []reportHistory      `json:"histories"`
@@ -51,7 +52,47 @@ type reportData struct {
 
 type reportHistory struct {
 	Subject string `json:"subject"`
-	Rows    []Row  `json:"rows"`
+	Index   []int  `json:"index"` // its rows: indexes into Packed.Rows
+}
+
+// packedRows are rows as arrays (a 100,000-event report stays small and
+// quick to parse): each row is [seq, ms after Base (-1: no time), term,
+// writer, type, outcome, kind, outcome text (indexes into Dict), reason,
+// summary]; report.js unpacks them into the rows the API serves.
+type packedRows struct {
+	Base     time.Time `json:"base"`
+	Dict     []string  `json:"dict"`
+	Rows     [][]any   `json:"rows"`     // every row folded
+	Table    []int     `json:"table"`    // the rows of the table (the filter's): indexes into Rows
+	Rejected []int     `json:"rejected"` // the rejected and corrupt rows
+}
+
+type packer struct {
+	p    packedRows
+	dict map[string]int
+}
+
+func (k *packer) str(s string) int {
+	i, ok := k.dict[s]
+	if !ok {
+		i = len(k.p.Dict)
+		k.dict[s] = i
+		k.p.Dict = append(k.p.Dict, s)
+	}
+	return i
+}
+
+// add packs a row and returns its index.
+func (k *packer) add(r Row) int {
+	if k.p.Base.IsZero() && !r.At.IsZero() {
+		k.p.Base = r.At
+	}
+	ms := int64(-1)
+	if !r.At.IsZero() {
+		ms = r.At.Sub(k.p.Base).Milliseconds()
+	}
+	k.p.Rows = append(k.p.Rows, []any{r.Seq, ms, r.Term, k.str(r.Writer), k.str(r.Type), k.str(r.Outcome), k.str(r.Kind), k.str(r.OutcomeText), r.Reason, r.Summary})
+	return len(k.p.Rows) - 1
 }
 
 // Report folds src and writes one self-contained HTML file to w: the
@@ -67,14 +108,15 @@ func Report(ctx context.Context, src replay.Source, o ReportOptions, w io.Writer
 		now = o.Now
 	}
 	f := replay.NewFolder()
-	d := reportData{Title: o.Title, Generated: now().UTC(), Rows: []Row{}, Rejected: []Row{}, Histories: []reportHistory{}}
+	d := reportData{Title: o.Title, Generated: now().UTC(), Histories: []reportHistory{}}
 	if o.Filter != (replay.Filter{}) {
 		d.Filter = fmt.Sprintf("%+v", o.Filter)
 	}
 	for _, s := range o.History {
-		d.Histories = append(d.Histories, reportHistory{Subject: s.String(), Rows: []Row{}})
+		d.Histories = append(d.Histories, reportHistory{Subject: s.String(), Index: []int{}})
 	}
 	var all []Row
+	pk := &packer{dict: map[string]int{}, p: packedRows{Table: []int{}, Rejected: []int{}, Rows: [][]any{}}}
 	errStop := errors.New("stop")
 	err := src.Read(ctx, func(it replay.Item) error {
 		if o.UntilSeq > 0 && it.Seq > o.UntilSeq || !o.UntilTime.IsZero() && it.Err == nil && it.Event.At.After(o.UntilTime) {
@@ -87,15 +129,17 @@ func Report(ctx context.Context, src replay.Source, o ReportOptions, w io.Writer
 		row := rowOf(st)
 		row.Data, row.Touch, row.Line = nil, nil, 0 // the summary says it; keeps the file small
 		all = append(all, row)
+		i := pk.add(row)
 		if o.Filter.Match(st) {
-			d.Rows = append(d.Rows, row)
+			d.Shown++
+			pk.p.Table = append(pk.p.Table, i)
 		}
 		if st.Result.Outcome == projections.Rejected || st.Result.Outcome == projections.Corrupt {
-			d.Rejected = append(d.Rejected, row)
+			pk.p.Rejected = append(pk.p.Rejected, i)
 		}
-		for i, s := range o.History {
+		for h, s := range o.History {
 			if st.Touch.Has(s) {
-				d.Histories[i].Rows = append(d.Histories[i].Rows, row)
+				d.Histories[h].Index = append(d.Histories[h].Index, i)
 			}
 		}
 		return nil
@@ -103,7 +147,7 @@ func Report(ctx context.Context, src replay.Source, o ReportOptions, w io.Writer
 	if err != nil && !errors.Is(err, errStop) {
 		return err
 	}
-	d.Events, d.Shown = len(all), len(d.Rows)
+	d.Events, d.Packed = len(all), pk.p
 	d.Timeline = buildTimeline(all)
 	d.State = replay.StateJSON(f.State())
 	d.Counters = f.State().Counters

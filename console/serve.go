@@ -36,7 +36,7 @@ func assetHandler() http.Handler {
 }
 
 // ErrNeedTLS is a non-loopback address without a certificate.
-var ErrNeedTLS = errors.New("a console on a non-loopback address needs --tls-cert and --tls-key")
+var ErrNeedTLS = errors.New("a console on a non-loopback address needs a TLS certificate and key")
 
 // CheckAddr checks a listen address: a loopback host (127.0.0.0/8, ::1,
 // localhost) may serve plain HTTP; any other (an empty host included,

@@ -169,6 +169,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 	o := upOpts{}
 	var id string
 	var pt peerTLSFlags
+	var web webOpts
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one meta replica against a NATS server (waits for NATS; Ctrl-C or SIGTERM stops it, releasing the lease)",
@@ -178,6 +179,9 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 				return errors.New("--shards and --snapshot-every must be >= 0")
 			}
 			if err := validMetricsAddr(o.metricsAddr); err != nil {
+				return err
+			}
+			if err := web.check("--web-addr"); err != nil {
 				return err
 			}
 			lg, err := g.logger()
@@ -210,6 +214,19 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer stop()
+				if web.addr != "" {
+					cfg := g.logConfig()
+					cfg.Bind = true
+					l, err := openLogWaiting(cmd.Context(), rlg, nc, cfg)
+					if err != nil {
+						return err
+					}
+					_, stopWeb, err := serveConsole(cmd.Context(), web, g.cluster, nc, l, rlg.With().Str("role", "web").Logger())
+					if err != nil {
+						return err
+					}
+					defer stopWeb()
+				}
 				return r.Run(cmd.Context())
 			})
 		},
@@ -222,6 +239,8 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 	durationFlag(f, &o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
 	snapshotFlag(f, &o.snapEvery)
 	metricsFlag(f, &o.metricsAddr)
+	f.StringVar(&web.addr, "web-addr", "", "also serve the read-only web console at this address, e.g. 127.0.0.1:8080 (default off)")
+	web.tlsFlags(f)
 	pt.register(cmd, "the control streams to the workers are")
 	return cmd
 }

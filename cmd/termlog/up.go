@@ -62,6 +62,10 @@ type upOpts struct {
 	metricsAddr string
 	// restartGrace is how long a stopping store drains itself (0: it does not).
 	restartGrace time.Duration
+	// web is up's --web: "off", "" (a free loopback port) or an address;
+	// webTLS its certificate.
+	web    string
+	webTLS webOpts
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -106,6 +110,8 @@ last two mutual TLS with that CA).`,
 	snapshotFlag(f, &o.snapEvery)
 	metricsFlag(f, &o.metricsAddr)
 	syncFlag(f, &o.sync)
+	f.StringVar(&o.web, "web", "", "serve the web console: off, or host:port (default a free port on 127.0.0.1; the URL is printed next to the healthy line)")
+	o.webTLS.tlsFlags(f)
 	o.sec.register(cmd)
 	return cmd
 }
@@ -182,6 +188,11 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		return err
 	}
 	defer stopMetrics()
+	web, stopWeb, err := o.startWeb(ctx, srv, g.cluster, env.lg)
+	if err != nil {
+		return err
+	}
+	defer stopWeb()
 	look := "go run ./cmd/termlog status --nats " + srv.URLs(0)
 	if sec.authDir != "" {
 		look += " --auth-dir " + sec.authDir
@@ -189,11 +200,42 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 	if sec.caFile != "" {
 		look += " --tls-ca " + sec.caFile
 	}
-	o.reportHealth(ctx, f, look, out)
+	o.reportHealth(ctx, f, look, web, out)
+	stopWeb()
 	fmt.Fprintln(out, "termlog up: shutting down")
 	f.shutdown()
 	fmt.Fprintln(out, "termlog up: stopped; data kept in", env.data)
 	return nil
+}
+
+// startWeb serves the console (--web) with the observer key on its own
+// connection; "" and a no-op stop when --web off.
+func (o upOpts) startWeb(ctx context.Context, srv *embeddedNATS, cluster string, lg zerolog.Logger) (string, func(), error) {
+	addr, err := upWeb(o.web)
+	if err != nil || addr == "" {
+		return "", func() {}, err
+	}
+	w := o.webTLS
+	w.addr = addr
+	if err := w.check("--web"); err != nil {
+		return "", nil, err
+	}
+	nc, err := srv.Connect(0, "termlog-web", natsserver.RoleObserver)
+	if err != nil {
+		return "", nil, fmt.Errorf("web console: %w", err)
+	}
+	l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: cluster, Replicas: o.replicas, Bind: true})
+	if err != nil {
+		nc.Close()
+		return "", nil, fmt.Errorf("web console: %w", err)
+	}
+	url, stop, err := serveConsole(ctx, w, cluster, nc, l, lg.With().Str("role", "web").Logger())
+	if err != nil {
+		nc.Close()
+		return "", nil, err
+	}
+	var once sync.Once
+	return url, func() { once.Do(func() { stop(); nc.Close() }) }, nil
 }
 
 // upEnv is what up reads from its flags and environment before it starts
@@ -213,6 +255,15 @@ func (o upOpts) prepare(g *globals) (upEnv, error) {
 	}
 	if err := validMetricsAddr(o.metricsAddr); err != nil {
 		return env, err
+	}
+	if addr, err := upWeb(o.web); err != nil {
+		return env, err
+	} else if addr != "" {
+		w := o.webTLS
+		w.addr = addr
+		if err := w.check("--web"); err != nil {
+			return env, err
+		}
 	}
 	var err error
 	if env.lg, err = g.logger(); err != nil {
@@ -416,7 +467,7 @@ func (h upHealth) healthy(o upOpts) bool {
 
 // reportHealth prints what up waits for until the cluster is healthy, then
 // says so once and prints a status line every o.interval, until ctx ends.
-func (o upOpts) reportHealth(ctx context.Context, f *upFleets, look string, out io.Writer) {
+func (o upOpts) reportHealth(ctx context.Context, f *upFleets, look, web string, out io.Writer) {
 	start := time.Now()
 	healthy := false
 	for {
@@ -427,6 +478,9 @@ func (o upOpts) reportHealth(ctx context.Context, f *upFleets, look string, out 
 				fmt.Fprintf(out, "healthy after %s: leader %s term %d, %d workers running, barrier recovery complete, %d shards 3/3\n",
 					time.Since(start).Round(time.Millisecond), leader.ID(), term, h.running, h.shardsOK)
 				fmt.Fprintf(out, "look at it:  %s\n", look)
+				if web != "" {
+					fmt.Fprintf(out, "web console: %s\n", web)
+				}
 				fmt.Fprintf(out, "stop with Ctrl-C; run up again with the same --data to resume\n")
 			}
 		}

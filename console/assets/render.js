@@ -10,7 +10,9 @@
   }
   function at(t) {
     if (!t) return '-';
-    return String(t).replace('T', ' ').replace(/(\.\d{3})\d*/, '$1').replace('Z', 'Z');
+    var d = new Date(t);
+    // replay's time column: UTC, milliseconds.
+    return isNaN(d) ? String(t) : d.toISOString();
   }
   function ago(ms) {
     if (ms === undefined || ms === null) return '-';
@@ -65,15 +67,21 @@
   // the seqs, rejected events as red marks linking to the event.
   function timeline(tl, opts) {
     opts = opts || {};
-    var terms = tl.terms || [], marks = tl.marks || [];
-    if (!terms.length) return '<p class="muted">no term has started</p>';
+    var all = tl.terms || [], marks = tl.marks || [];
+    if (!all.length) return '<p class="muted">no term has started</p>';
+    // The last maxLanes terms (a long log has thousands).
+    var maxLanes = opts.maxLanes || 40;
+    var terms = all.slice(Math.max(0, all.length - maxLanes));
+    var hidden = all.length - terms.length;
     var W = 1200, left = 150, right = 20, laneH = 26, top = 24;
     var H = top + terms.length * laneH + 30;
-    var lo = 1, hi = Math.max(tl.tail || 1, 2);
+    var lo = hidden ? terms[0].from_seq : 1, hi = Math.max(tl.tail || 1, lo + 1);
+    marks = marks.filter(function (m) { return m.seq >= lo; });
     function x(seq) { return left + (seq - lo) / (hi - lo) * (W - left - right); }
     var idx = {};
     terms.forEach(function (t, i) { idx[t.term] = i; });
-    var h = ['<svg class="timeline" viewBox="0 0 ' + W + ' ' + H + '" xmlns="http://www.w3.org/2000/svg">'];
+    var h = [hidden ? '<p class="muted">the last ' + terms.length + ' of ' + all.length + ' terms (seq ' + lo + ' on); every term.started is in the events (type term)</p>' : ''];
+    h.push('<svg class="timeline" viewBox="0 0 ' + W + ' ' + H + '" xmlns="http://www.w3.org/2000/svg">');
     h.push('<text x="' + left + '" y="14">seq ' + lo + '</text><text x="' + (W - right) + '" y="14" text-anchor="end">seq ' + esc(hi) + '</text>');
     terms.forEach(function (t, i) {
       var y = top + i * laneH;

@@ -4,12 +4,33 @@
   'use strict';
   var TL = window.TL, esc = TL.esc, main = document.getElementById('main');
   var PAGE = 200;
+  var timing = window.__timing = { start: performance.now() };
   function unpack() {
     var b64 = document.getElementById('data').getAttribute('data-z');
     var bin = atob(b64), bytes = new Uint8Array(bin.length);
     for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
-    return new Response(stream).text().then(JSON.parse);
+    timing.decoded = performance.now();
+    return new Response(stream).text().then(function (txt) {
+      timing.unzipped = performance.now();
+      var d = JSON.parse(txt);
+      timing.parsed = performance.now();
+      unpackRows(d);
+      timing.rows = performance.now();
+      return d;
+    });
+  }
+  // unpackRows turns the packed rows back into the rows the API serves.
+  function unpackRows(d) {
+    var p = d.packed, dict = p.dict, base = Date.parse(p.base), all = new Array(p.rows.length);
+    for (var i = 0; i < p.rows.length; i++) {
+      var a = p.rows[i];
+      all[i] = { seq: a[0], at: a[1] < 0 ? '' : new Date(base + a[1]).toISOString(), term: a[2], writer: dict[a[3]], type: dict[a[4]], outcome: dict[a[5]], kind: dict[a[6]], outcome_text: dict[a[7]], reason: a[8], summary: a[9] };
+    }
+    function pick(ix) { return ix.map(function (i) { return all[i]; }); }
+    d.rows = pick(p.table);
+    d.rejected = pick(p.rejected);
+    d.histories.forEach(function (h) { h.rows = pick(h.index); });
   }
   function render(d) {
     var href = function (seq) { return '#ev-' + seq; };
@@ -50,6 +71,7 @@
     window.addEventListener('hashchange', jump);
     draw();
     jump();
+    timing.rendered = performance.now();
     document.body.setAttribute('data-ready', '1');
   }
   unpack().then(render).catch(function (e) {
