@@ -160,4 +160,3 @@ func upWeb(v string) (addr string, err error) {
 	}
 	return v, nil
 }
-
