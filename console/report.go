@@ -127,7 +127,6 @@ func Report(ctx context.Context, src replay.Source, o ReportOptions, w io.Writer
 		}
 		st := f.Fold(it)
 		row := rowOf(st)
-		row.Data, row.Touch, row.Line = nil, nil, 0 // the summary says it; keeps the file small
 		all = append(all, row)
 		i := pk.add(row)
 		if o.Filter.Match(st) {
