@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/termlog/termlog/console"
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/natsserver"
@@ -47,6 +48,7 @@ type replayFlags struct {
 	stateAt     []string
 	fromScript  string
 	tail        int
+	html        string
 }
 
 func newReplay(g *globals) *cobra.Command {
@@ -110,6 +112,7 @@ Progress of long replays goes to stderr.`,
 	fl.StringSliceVar(&f.stateAt, "state-at", nil, "with --to-script: also print the state after these seqs (repeat or comma-separate)")
 	fl.StringVar(&f.fromScript, "from-script", "", "print the JSONL of the events this projection script folds (- for stdin)")
 	fl.IntVar(&f.tail, "tail", -1, "timeline: print only the last N matching events of the history (with --follow: default 10, then every new one; -1: all)")
+	fl.StringVar(&f.html, "html", "", "write one self-contained HTML report to this file: timeline, event table (the filters choose its rows), rejections, final state (at --until-seq/--until-time) and the --history of chosen ids (comma separated)")
 	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
 	return cmd
 }
@@ -279,6 +282,9 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	if f.fromScript != "" {
 		return runFromScript(cmd, f.fromScript)
 	}
+	if f.html != "" {
+		return runHTML(cmd, g, f)
+	}
 	o, err := f.options(cmd)
 	if err != nil {
 		return err
@@ -324,6 +330,69 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		return fmt.Errorf("%s: %w; --skip-corrupt folds the line as a corrupt event and reads on", f.file, err)
 	}
 	return err
+}
+
+// runHTML writes replay --html: the report of the file or the live
+// stream, through a temporary file renamed into place (a failed report
+// leaves nothing under the name asked for).
+func runHTML(cmd *cobra.Command, g *globals, f *replayFlags) error {
+	for _, n := range []string{"state", "rejected", "check", "diff", "follow", "json", "tail", "to-script", "state-at"} {
+		if cmd.Flags().Changed(n) {
+			return fmt.Errorf("--html writes a whole report; it does not go with --%s", n)
+		}
+	}
+	o, err := (&replayFlags{untilTime: f.untilTime, fromTime: f.fromTime, toTime: f.toTime, worker: f.worker, endpoint: f.endpoint, store: f.store, shard: f.shard, typ: f.typ, fromSeq: f.fromSeq, toSeq: f.toSeq, untilSeq: f.untilSeq}).options(cmd)
+	if err != nil {
+		return err
+	}
+	ro := console.ReportOptions{Filter: o.Filter, UntilSeq: f.untilSeq, UntilTime: o.UntilTime, SkipCorrupt: f.skipCorrupt}
+	if f.history != "" {
+		for _, v := range strings.Split(f.history, ",") {
+			s, err := replay.ParseSubject(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("--history: %w", err)
+			}
+			ro.History = append(ro.History, s)
+		}
+	}
+	ctx := cmd.Context()
+	var src replay.Source
+	if f.file != "" {
+		fh, err := os.Open(f.file)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		src, ro.Title = replay.JSONL(fh), filepath.Base(f.file)
+	} else {
+		nc, l, err := connectStream(ctx, g, "termlog-replay", natsserver.RoleObserver)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		src, ro.Title = replay.Stream(l), "stream "+l.Stream()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.html), ".report-*.html")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := console.Report(ctx, src, ro, tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), f.html); err != nil {
+		return err
+	}
+	fi, _ := os.Stat(f.html)
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d bytes): open it in a browser, no network needed\n", f.html, fi.Size())
+	return nil
 }
 
 // bindSnapshots binds the cluster's snapshot bucket for a replay; nil when
