@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
@@ -209,11 +210,29 @@ func metricsFor(ctx context.Context, addr string, lg zerolog.Logger, cs ...prome
 	if addr == "" {
 		return func() {}, nil
 	}
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(combined(cs)); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+	reg, err := registry(cs...)
+	if err != nil {
+		return nil, err
 	}
 	return serveMetrics(ctx, addr, reg, lg)
+}
+
+// registry is a role's metrics: its components', termlog_build_info, and
+// the Go runtime's and the process's (go_*, process_*).
+func registry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	v := buildVersion()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "termlog_build_info", Help: "1, labelled with the binary's module version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "revision": v.Revision, "goversion": v.Go},
+	})
+	info.Set(1)
+	for _, c := range []prometheus.Collector{combined(cs), info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return reg, nil
 }
 
 // combined collects several components of one process (up has three

@@ -325,6 +325,8 @@ func (o upOpts) startNATS(ctx context.Context, cluster string, env upEnv, sec se
 // each fleet on its own context so that shutdown stops them in order.
 type upFleets struct {
 	metas  []*meta.Replica
+	// workers are the workers' collectors (their control sessions).
+	workers []workerCollector
 	stores []*logstore.Store
 
 	cancelMetas, stopWorkers, stopStores context.CancelFunc
@@ -394,9 +396,11 @@ func startFleets(ctx context.Context, srv *embeddedNATS, cluster string, o upOpt
 		if err != nil {
 			return nil, err
 		}
-		if err := startWorker(workerCtx, &f.workersWG, nc, cluster, agentTLS, env.lg); err != nil {
+		wc, err := startWorker(workerCtx, &f.workersWG, nc, cluster, agentTLS, env.lg)
+		if err != nil {
 			return nil, err
 		}
+		f.workers = append(f.workers, wc)
 	}
 	for i := 1; i <= o.stores; i++ {
 		id := fmt.Sprintf("store-%d", i)
@@ -428,6 +432,9 @@ func (f *upFleets) collectors() []prometheus.Collector {
 	}
 	for _, st := range f.stores {
 		cs = append(cs, storeCollector{s: st})
+	}
+	for _, w := range f.workers {
+		cs = append(cs, w)
 	}
 	return cs
 }
@@ -625,17 +632,17 @@ func raftAddr(dir string) (string, error) {
 
 // startWorker runs a worker and its control-stream agent (TLS with agentTLS
 // unless nil) on a free loopback port.
-func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster string, agentTLS *tls.Config, lg zerolog.Logger) error {
+func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster string, agentTLS *tls.Config, lg zerolog.Logger) (workerCollector, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return workerCollector{}, err
 	}
 	endpoint := ln.Addr().String()
 	ln.Close()
 	var w *client.Worker
 	agent, err := client.ListenAgentTLS(endpoint, agentTLS, lg.With().Str("endpoint", endpoint).Logger(), func() client.WorkerRef { return w.Ref() })
 	if err != nil {
-		return err
+		return workerCollector{}, err
 	}
 	inc := newIncarnation()
 	w, err = client.NewWorker(nc, client.WorkerConfig{
@@ -644,12 +651,12 @@ func startWorker(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, cluster
 		Logger: lg.With().Str("incarnation", inc).Logger(), DeregisterOnStop: true,
 	})
 	if err != nil {
-		return err
+		return workerCollector{}, err
 	}
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = agent.Run(ctx) }()
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
-	return nil
+	return workerCollector{agent: agent, w: w}, nil
 }
 
 // snapshotFlag is --snapshot-every of up and meta.
