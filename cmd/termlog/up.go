@@ -324,10 +324,10 @@ func (o upOpts) startNATS(ctx context.Context, cluster string, env upEnv, sec se
 // upFleets is what up runs: the meta replicas, the workers and the stores,
 // each fleet on its own context so that shutdown stops them in order.
 type upFleets struct {
-	metas  []*meta.Replica
+	metas []*meta.Replica
 	// workers are the workers' collectors (their control sessions).
 	workers []workerCollector
-	stores []*logstore.Store
+	stores  []*logstore.Store
 
 	cancelMetas, stopWorkers, stopStores context.CancelFunc
 	metasWG, workersWG, storesWG         sync.WaitGroup
