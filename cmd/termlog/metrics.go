@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/logstore"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
@@ -36,6 +37,7 @@ var (
 	dMetaFenced     = desc("meta_fenced_appends_total", "Appends of this replica refused by the stream's CAS.", "replica")
 	dMetaRejected   = desc("meta_rejected_events_total", "Events the projection rejected or could not decode, by kind.", "replica", "kind")
 	dMetaWorkers    = desc("meta_workers", "Active workers in the projection, by state.", "replica", "state")
+	dMetaStores     = desc("meta_stores", "Stores in the projection, by state (up, down, draining, tombstone).", "replica", "state")
 	dMetaHeartbeats = desc("meta_heartbeats_total", "Worker heartbeats answered as leader.", "replica")
 	dMetaRecovery   = desc("meta_barrier_recovery_seconds", "Duration of the last completed barrier recovery of this replica's terms.", "replica")
 	dShardExpected  = desc("shard_replicas_expected", "Replicas a shard should have (leader only).", "shard")
@@ -97,6 +99,13 @@ func (c metaCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for st, n := range states {
 		gauge(dMetaWorkers, float64(n), id, st)
+	}
+	stores := map[string]int{events.StoreUp: 0, events.StoreDown: 0, events.StoreDraining: 0}
+	for _, st := range v.Stores {
+		stores[st.State]++
+	}
+	for st, n := range stores {
+		gauge(dMetaStores, float64(n), id, st)
 	}
 	counter(dMetaHeartbeats, float64(c.r.Heartbeats()), id)
 	terms := c.r.Terms()
