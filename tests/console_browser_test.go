@@ -218,6 +218,23 @@ func TestConsoleInChromium(t *testing.T) {
 	text := value(t, ctx, "shards table", chromedp.Text(`#shards`))
 	t.Logf("shards table: %s", strings.Join(strings.Fields(text), " "))
 	screenshot(t, ctx, "console-shards.png")
+
+	// A second store stops: shard 1 runs 1 of 3, no quorum; the overview
+	// shows the red banner with what to do.
+	stores[1].stop()
+	run(t, ctx, 30*time.Second, "the red banner for shard 1",
+		chromedp.Navigate(url),
+		until(`document.querySelector('#red-banner') !== null && document.querySelector('#red-banner').textContent.includes('Shard 1 has no quorum: 1 of 3 replicas running')`, 25*time.Second))
+	banner := value(t, ctx, "banner", chromedp.Text(`#red-banner`))
+	_, named, _ := strings.Cut(banner, "Bring back the stores of its stopped replicas (")
+	named, _, _ = strings.Cut(named, ")")
+	if !strings.Contains(named, "@store-2") || !strings.Contains(named, "@store-3") || strings.Contains(named, "store-1") {
+		t.Errorf("banner %q: want the remedy naming the stopped replicas, on store-2 and store-3 only", banner)
+	}
+	if v := value(t, ctx, "verdict", chromedp.Text(`#verdict`)); !strings.HasPrefix(v, "DEGRADED") || !strings.Contains(v, "exits 1") {
+		t.Errorf("verdict %q, want DEGRADED with status's exit 1", v)
+	}
+	screenshot(t, ctx, "console-no-quorum.png")
 }
 
 // TestConsoleIncidentInChromium replays the first report's incident

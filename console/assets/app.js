@@ -44,8 +44,11 @@
       rec.shards.forEach(function (sh) {
         var quorum = Math.floor(sh.expected / 2) + 1;
         var running = sh.running || 0;
+        var run = {}, stopped = [];
+        (sh.running_replicas || []).forEach(function (r) { run[r] = true; });
+        Object.keys(sh.members || {}).sort(function (a, b) { return a - b; }).forEach(function (r) { if (!run[r]) stopped.push(r + '@' + sh.members[r]); });
         if (running < quorum) {
-          out.push('<p><b>Shard ' + esc(sh.shard) + ' has no quorum: ' + running + ' of ' + esc(sh.expected) + ' replicas running.</b> No config change is proposed until a quorum runs. Bring back the stores of its stopped replicas (' + esc(TL.members(sh.members)) + '); if they are lost for good, recover the shard from a surviving replica (<code>shard.recovered</code>, see the README).</p>');
+          out.push('<p><b>Shard ' + esc(sh.shard) + ' has no quorum: ' + running + ' of ' + esc(sh.expected) + ' replicas running.</b> No config change is proposed until a quorum runs. Bring back the stores of its stopped replicas (' + esc(stopped.join(' ')) + '); if they are lost for good, recover the shard from a surviving replica (<code>shard.recovered</code>, see the README).</p>');
         } else if (!sh.leader) {
           out.push('<p><b>Shard ' + esc(sh.shard) + ' has no Raft leader.</b> Its running replicas know none: check the stores\' Raft addresses and logs; an election normally ends within seconds.</p>');
         }
@@ -71,7 +74,7 @@
       var probs = (h.problems || []).length ? '<ul class="problems" id="problems">' + h.problems.map(function (p) { return '<li>' + esc(p) + '</li>'; }).join('') + '</ul>' : '';
       var ws = st.worker_states || {};
       var wsText = Object.keys(ws).sort().map(function (k) { return esc(k) + ' ' + ws[k]; }).join(', ') || 'none';
-      main.innerHTML = '<h1>Overview · cluster ' + esc(st.cluster) + '</h1>' + v + probs +
+      main.innerHTML = '<h1>Overview · cluster ' + esc(st.cluster) + '</h1>' + v + (probs ? '<div class="card">' + probs + '</div>' : '') +
         (st.stream_error ? '<div class="card"><b>The console cannot read the stream:</b> ' + esc(st.stream_error) + '</div>' : '') +
         '<div class="grid2"><div class="card"><dl class="kv">' +
         '<dt>leader</dt><dd id="leader">' + esc(st.leader || '-') + '</dd>' +
