@@ -48,7 +48,7 @@
         (sh.running_replicas || []).forEach(function (r) { run[r] = true; });
         Object.keys(sh.members || {}).sort(function (a, b) { return a - b; }).forEach(function (r) { if (!run[r]) stopped.push(r + '@' + sh.members[r]); });
         if (running < quorum) {
-          out.push('<p><b>Shard ' + esc(sh.shard) + ' has no quorum: ' + running + ' of ' + esc(sh.expected) + ' replicas running.</b> No config change is proposed until a quorum runs. Bring back the stores of its stopped replicas (' + esc(stopped.join(' ')) + '); if they are lost for good, recover the shard from a surviving replica (<code>shard.recovered</code>, see the README).</p>');
+          out.push('<p><b>Shard ' + esc(sh.shard) + ' has no quorum: ' + running + ' of ' + esc(sh.expected) + ' replicas running.</b> No config change is proposed until a quorum runs, and Raft cannot commit. Bring back the stores of its stopped replicas (' + esc(stopped.join(' ')) + ') with their data dirs: a stopped store rejoins with its replicas; see the README, <i>When the console shows a red banner</i>.</p>');
         } else if (!sh.leader) {
           out.push('<p><b>Shard ' + esc(sh.shard) + ' has no Raft leader.</b> Its running replicas know none: check the stores\' Raft addresses and logs; an election normally ends within seconds.</p>');
         }
