@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,6 +201,26 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	p := startUp(t, bin, data, port)
 	first := healthy(t, bin, url, auth)
 	p.waitFor(t, "healthy after")
+	// up serves the console on a free loopback port, its URL next to the
+	// healthy line; it answers with status's judgement.
+	p.waitFor(t, "web console: http://127.0.0.1:")
+	_, web, _ := strings.Cut(p.out.String(), "web console: ")
+	web, _, _ = strings.Cut(web, "\n")
+	testkit.Eventually(t, 10*time.Second, "the console sees the leader", func() bool {
+		resp, err := http.Get(web + "api/v1/status?brief=1")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var s struct {
+			Leader      string `json:"leader"`
+			LeaseHolder string `json:"lease_holder"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&s) == nil && s.Leader == first.Leader && s.LeaseHolder == first.Leader
+	})
+	if out, err := run(t, bin, "web", "--addr", "0.0.0.0:0", "--nats", url, "--auth-dir", auth); err == nil || !strings.Contains(out, "needs a TLS certificate and key") {
+		t.Fatalf("web on every interface without TLS: %v\n%s", err, out)
+	}
 	if !strings.Contains(p.out.String(), "credentials: generated role keys in "+auth) {
 		t.Fatalf("up did not say where the credentials are:\n%s", p.out.String())
 	}
@@ -250,6 +271,13 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	}
 	if out, err := run(t, bin, "replay", "--check", "--file", export); err != nil || !strings.HasPrefix(out, "ok:") {
 		t.Fatalf("replay --check: %v\n%s", err, out)
+	}
+	report := filepath.Join(t.TempDir(), "report.html")
+	if out, err := run(t, bin, "replay", "--html", report, "--file", export, "--history", "worker:1"); err != nil || !strings.Contains(out, "wrote "+report) {
+		t.Fatalf("replay --html: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(report); err != nil || !strings.HasPrefix(string(b), "<!doctype html>") || !strings.Contains(string(b), "data-z=") {
+		t.Fatalf("report.html: %v", err)
 	}
 	if out, err := run(t, bin, "replay", "--history", fmt.Sprintf("worker:%d", first.Workers[0].ID), "--file", export); err != nil || !strings.Contains(out, "worker.registered") {
 		t.Fatalf("replay --history: %v\n%s", err, out)
