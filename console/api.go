@@ -45,26 +45,30 @@ func (s *Server) Run(ctx context.Context) error {
 		s.x.follow(ctx, s.cfg.Log, s.cfg.Logger)
 	}()
 	if s.cfg.Probe != nil {
-		t := time.NewTicker(s.cfg.ProbeEvery)
-		defer t.Stop()
-		for {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			r := s.cfg.Probe(pctx)
-			cancel()
-			if ctx.Err() != nil {
-				break
-			}
-			s.x.setRead(r)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-				continue
-			}
-			break
-		}
+		s.probe(ctx)
 	}
 	<-done
 	return nil
+}
+
+// probe reads the buckets every ProbeEvery until ctx ends.
+func (s *Server) probe(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ProbeEvery)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r := s.cfg.Probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.x.setRead(r)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Handler serves the pages (/) and the API (/api/v1/).

@@ -276,6 +276,19 @@ func TestConsoleIncidentInChromium(t *testing.T) {
 	}
 	screenshot(t, ctx, "console-events-rejected.png")
 
+	// The timeline: term 1 and term 7 as lanes, the rejected event a mark
+	// on term 7's lane; clicking it opens the event.
+	run(t, ctx, 15*time.Second, "timeline",
+		chromedp.Navigate(url+"#/timeline"),
+		chromedp.WaitVisible(`svg.timeline [data-mark="5"]`))
+	screenshot(t, ctx, "console-timeline.png")
+	run(t, ctx, 15*time.Second, "click the mark",
+		chromedp.Click(`svg.timeline [data-mark="5"] path`),
+		until(`location.hash === '#/event/5' && document.querySelector('tr.target') !== null`, 10*time.Second))
+	if ev := norm(value(t, ctx, "the event", chromedp.Text(`tr.target`))); !strings.Contains(ev, "rejected stale-term") || !strings.Contains(ev, reason) {
+		t.Fatalf("event page after the click: %q", ev)
+	}
+
 	// report.html of the same log, from disk, offline.
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.html")

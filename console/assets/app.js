@@ -252,6 +252,7 @@
     es.addEventListener('change', function (e) {
       var d = JSON.parse(e.data);
       document.getElementById('hdr-term').textContent = 'term ' + d.term + ' · leader ' + (d.leader || '-');
+      document.getElementById('hdr-seq').textContent = 'seq ' + d.seq;
       var p = route().path;
       if (!/^\/(event|state)\//.test(p)) redraw();
     });
