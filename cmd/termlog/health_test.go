@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +19,19 @@ import (
 
 	"github.com/termlog/termlog/internal/testkit"
 )
+
+// getJSON decodes a GET's JSON answer.
+func getJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
 
 // scrape reads one metric family's samples from a /metrics endpoint,
 // parsed with expfmt: {label value of key: value}.
@@ -108,7 +123,8 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	srv := startProc(t, bin, "nats", "--port", fmt.Sprint(port), "--data", filepath.Join(dir, "nats"))
 	srv.waitFor(t, "NATS JetStream at")
 	metaMetrics := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	m := startProc(t, bin, "meta", "run", "--id", "meta-1", "--shards", "1", "--store-timeout", "6s", "--metrics-addr", metaMetrics)
+	web := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	m := startProc(t, bin, "meta", "run", "--id", "meta-1", "--shards", "1", "--store-timeout", "6s", "--metrics-addr", metaMetrics, "--web-addr", web)
 	type store struct {
 		id, addr, data, metrics string
 		p                       *upProc
@@ -165,6 +181,29 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 		return ok && code == 1 && running == 2 && len(s.Health.Record.Shards[0].Members) == 3 && leader != "" && !strings.HasSuffix(leader, "@store-3")
 	})
 	running, leader, _ := shardHealth(s, 1)
+	// The console the meta replica serves (--web-addr) says the same: the
+	// frozen store's replica is not running, and status's exit 1.
+	testkit.Eventually(t, 10*time.Second, "the console shows store-3's replica not running", func() bool {
+		var sh struct {
+			Health []struct {
+				Members map[string]string `json:"members"`
+				Running []uint64          `json:"running_replicas"`
+			} `json:"health"`
+		}
+		var st struct {
+			Exit int `json:"exit"`
+		}
+		if getJSON("http://"+web+"/api/v1/shards", &sh) != nil || getJSON("http://"+web+"/api/v1/status?brief=1", &st) != nil || len(sh.Health) != 1 || st.Exit != 1 {
+			return false
+		}
+		for r, store := range sh.Health[0].Members {
+			if store == "store-3" {
+				id, err := strconv.ParseUint(r, 10, 64)
+				return err == nil && len(sh.Health[0].Running) == 2 && !slices.Contains(sh.Health[0].Running, id)
+			}
+		}
+		return false
+	})
 	t.Logf("after %s frozen: status exit %d, shard 1 %d/3 leader %s, problems %q", time.Since(froze).Round(100*time.Millisecond), code, running, leader, s.Health.Problems)
 	r := runEnv(t, bin, nil, "status")
 	if r.code != 1 || !strings.Contains(r.stdout, "shard 1   2/3 running  leader "+leader) || !strings.Contains(r.stderr, "degraded") {
