@@ -154,7 +154,6 @@ type entry struct {
 	path2   string // kRename: the new name
 	trash   string // kRename (victim) / kUnlink: where the inode went, relative to the base
 	victim  uint64 // kRename: the inode the rename replaced (0: none)
-	mode    uint32 // kRmdir: the dir's mode
 	done    bool
 }
 
@@ -358,7 +357,7 @@ func (f *FS) finish(e *entry) {
 	}
 	e.done = true
 	f.live--
-	if e.trash != "" && (e.k == kUnlink || e.k == kRename) {
+	if e.trash != "" {
 		// The removal is durable: the inode's name is gone for good (an
 		// open handle keeps the inode itself).
 		_ = os.RemoveAll(filepath.Join(f.base, e.trash))
@@ -560,7 +559,7 @@ func (f *FS) undoName(e *entry) bool {
 				f.movePaths("\x00trash/"+e.trash, e.path2)
 			}
 		}
-	case kUnlink:
+	case kUnlink, kRmdir:
 		if f.inoAt(e.path) != 0 {
 			return false
 		}
@@ -568,16 +567,6 @@ func (f *FS) undoName(e *entry) bool {
 			return false
 		}
 		f.movePaths("\x00trash/"+e.trash, e.path)
-	case kRmdir:
-		if f.inoAt(e.path) != 0 {
-			return false
-		}
-		if err := os.Mkdir(f.abs(e.path), os.FileMode(e.mode&0o7777)); err != nil {
-			return false
-		}
-		if ino := f.inoAt(e.path); ino != 0 {
-			f.paths[ino] = e.path
-		}
 	}
 	return true
 }

@@ -291,3 +291,44 @@ func TestCrashRefusedWhileOpen(t *testing.T) {
 		t.Fatalf("the unsynced file after the crash: %v", err)
 	}
 }
+
+// An rmdir that was not made durable is undone, and a dir made and
+// removed again since the last sync leaves nothing behind; every undo
+// applies (none is skipped as stale).
+func TestRmdirFollowsSync(t *testing.T) {
+	for _, mode := range []DirMode{DirsJournal, DirsStrict} {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := Mount(t, Options{Dirs: mode})
+			kept, tmp := filepath.Join(f.Mountpoint, "kept"), filepath.Join(f.Mountpoint, "tmp")
+			if err := os.Mkdir(kept, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			syncPath(t, f.Mountpoint)
+			if err := os.Remove(kept); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				if err := os.Mkdir(tmp, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				write(t, filepath.Join(tmp, "f"), "x", false)
+				if err := os.Remove(filepath.Join(tmp, "f")); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Remove(tmp); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := crash(t, f, CrashOptions{})
+			if st, err := os.Stat(kept); err != nil || !st.IsDir() || st.Mode().Perm() != 0o750 {
+				t.Fatalf("the removed dir after the crash: %v, %v; want it back, mode 0750", st, err)
+			}
+			if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("the made-and-removed dir after the crash: %v", err)
+			}
+			if rep.SkippedStale != 0 {
+				t.Fatalf("%d undos skipped, want none", rep.SkippedStale)
+			}
+		})
+	}
+}

@@ -17,21 +17,34 @@ var (
 // permission to mount).
 func Mount(t testing.TB, opts Options) *FS {
 	t.Helper()
-	availOnce.Do(func() { availErr = Available() })
-	if availErr != nil {
-		t.Skipf("lazyfs: FUSE mounts are not possible here: %v", availErr)
-	}
 	dir := t.TempDir()
-	f, err := New(filepath.Join(dir, "base"), filepath.Join(dir, "mnt"), opts)
+	return MountAt(t, filepath.Join(dir, "base"), filepath.Join(dir, "mnt"), opts)
+}
+
+// MountAt is Mount with the backing files in base and the mount at
+// mountpoint. Register the cleanup of whatever uses the mount (a process)
+// after MountAt, so that it runs first.
+func MountAt(t testing.TB, base, mountpoint string, opts Options) *FS {
+	t.Helper()
+	if err := Check(); err != nil {
+		t.Skipf("lazyfs: FUSE mounts are not possible here: %v", err)
+	}
+	f, err := New(base, mountpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Registered after TempDir's cleanup, so it runs before it: the mount
-	// is gone before its dir is removed.
+	// Registered after the caller's TempDir, so it runs before that is
+	// removed: the mount is gone first.
 	t.Cleanup(func() {
 		if err := f.Close(); err != nil {
 			t.Errorf("lazyfs: %v", err)
 		}
 	})
 	return f
+}
+
+// Check is Available, tried once per process.
+func Check() error {
+	availOnce.Do(func() { availErr = Available() })
+	return availErr
 }

@@ -185,7 +185,7 @@ func (n *node) Unlink(_ context.Context, name string) syscall.Errno {
 	return 0
 }
 
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+func (n *node) Rmdir(_ context.Context, name string) syscall.Errno {
 	if !n.lock() {
 		return syscall.EIO
 	}
@@ -196,11 +196,21 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	if errno := n.LoopbackNode.Rmdir(ctx, name); errno != 0 {
-		return errno
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return syscall.ENOTDIR
 	}
-	delete(f.paths, st.Ino)
-	f.record(&entry{k: kRmdir, ino: st.Ino, dir: n.ino(), path: rel, mode: st.Mode})
+	if ents, err := os.ReadDir(f.abs(rel)); err != nil {
+		return gofs.ToErrno(err)
+	} else if len(ents) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	// Into the trash like an unlinked file, so its inode number is not
+	// reused while the removal may still be undone.
+	trash, err := f.toTrash(rel)
+	if err != nil {
+		return gofs.ToErrno(err)
+	}
+	f.record(&entry{k: kRmdir, ino: st.Ino, dir: n.ino(), path: rel, trash: trash})
 	return 0
 }
 
