@@ -101,6 +101,31 @@ func (r *Registrar) Burst(ctx context.Context, conc int) {
 	wg.Wait()
 }
 
+// BurstN runs conc registrants until n more registrations were
+// acknowledged (or ctx ends), and waits for them.
+func (r *Registrar) BurstN(ctx context.Context, conc, n int) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := r.Register(ctx, 2*time.Second); err != nil {
+					sleepCtx(ctx, 50*time.Millisecond)
+					continue
+				}
+				if got.Add(1) >= int64(n) {
+					cancel()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // Acks is every acknowledged registration so far.
 func (r *Registrar) Acks() []Ack {
 	r.mu.Lock()

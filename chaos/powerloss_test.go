@@ -112,12 +112,20 @@ func TestPowerLoss(t *testing.T) {
 			continue
 		}
 		t.Run(pc.name, func(t *testing.T) {
+			// The cases run at once: most of each is NATS's election
+			// timeouts after the restart, not work.
+			t.Parallel()
 			row := runPowerLoss(t, bin, filepath.Join(root, pc.name), pc, seed+uint64(i), dirs)
 			mu.Lock()
 			rows = append(rows, row)
 			mu.Unlock()
 		})
 	}
+	t.Cleanup(func() { logPowerLossTable(t, rows, dirs, seed) })
+}
+
+func logPowerLossTable(t *testing.T, rows []plRow, dirs lazyfs.DirMode, seed uint64) {
+	slices.SortFunc(rows, func(a, b plRow) int { return strings.Compare(a.cas, b.cas) })
 	var b strings.Builder
 	fmt.Fprintf(&b, "power loss, --sync %s, lazyfs dirs %s, seed %d (Jepsen, NATS 2.12.1, default 2-minute sync, one coordinated power failure: acknowledged 930,005, lost 131,418):\n", *flagPLSync, dirs, seed)
 	fmt.Fprintf(&b, "  %-12s %8s %13s %6s %11s %14s\n", "case", "crashes", "acknowledged", "lost", "violations", "acks/s (load)")
@@ -326,4 +334,70 @@ func firstN(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("... and %d more", len(s)-n))
 	}
 	return s
+}
+
+// BenchmarkPowerLossBurst is what the lazy filesystem costs: bursts of
+// 1,000 registrations (64 in flight, the leader grouping their appends;
+// each appends one worker.registered), --sync always, on two clusters run
+// side by side, one with its NATS stores on the plain disk and one on the
+// lazy filesystem, the bursts alternating between them (a loaded machine
+// slows both alike). The configuration is TestPowerLoss's.
+//
+//	go test -run '^$' -bench PowerLossBurst -benchtime 5x ./chaos
+func BenchmarkPowerLossBurst(b *testing.B) {
+	if err := lazyfs.Check(); err != nil {
+		b.Skipf("lazyfs: FUSE mounts are not possible here: %v", err)
+	}
+	bin := binary(b, "")
+	const burst = 1000
+	ctx := context.Background()
+	start := func(b *testing.B, top Topology, lazy bool) *Registrar {
+		dir := b.TempDir()
+		c, err := NewCluster(ctx, Config{Bin: bin, Dir: dir, Topology: top, Metas: 2, Lease: 2 * time.Second,
+			WorkerTimeout: 3 * time.Second, StoreTimeout: 3 * time.Second, NATSArgs: []string{"--sync", "always"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if lazy {
+			for i := range c.NATS {
+				lazyfs.MountAt(b, filepath.Join(dir, fmt.Sprintf("lazy-%d", i+1)), c.NATSStoreDir(i), lazyfs.Options{})
+			}
+		}
+		b.Cleanup(func() { _ = c.Stop() })
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		reg, err := NewRegistrar(c, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(reg.Close)
+		if !registered(ctx, reg, 90*time.Second) {
+			b.Fatalf("no registration acknowledged 90s after the cluster started (logs in %s)", c.LogDir())
+		}
+		reg.BurstN(ctx, 64, burst) // warm up: the leader's first groups, the first blocks
+		return reg
+	}
+	for _, top := range []Topology{Standalone, R3} {
+		b.Run(string(top), func(b *testing.B) {
+			plain, lazy := start(b, top, false), start(b, top, true)
+			var tPlain, tLazy time.Duration
+			b.ResetTimer()
+			for range b.N {
+				began := time.Now()
+				plain.BurstN(ctx, 64, burst)
+				tPlain += time.Since(began)
+				began = time.Now()
+				lazy.BurstN(ctx, 64, burst)
+				tLazy += time.Since(began)
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(burst*n/tPlain.Seconds(), "plain-regs/s")
+			b.ReportMetric(burst*n/tLazy.Seconds(), "lazyfs-regs/s")
+			b.ReportMetric(tPlain.Seconds()/n, "plain-s/burst")
+			b.ReportMetric(tLazy.Seconds()/n, "lazyfs-s/burst")
+			b.ReportMetric(tLazy.Seconds()/tPlain.Seconds(), "lazyfs/plain")
+		})
+	}
 }
