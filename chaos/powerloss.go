@@ -36,6 +36,7 @@ type Registrar struct {
 
 	mu   sync.Mutex
 	acks []Ack
+	errs map[string]int // why registrations failed, by kind
 }
 
 // NewRegistrar connects with the worker role's key.
@@ -68,13 +69,16 @@ func (r *Registrar) Register(ctx context.Context, timeout time.Duration) (Ack, e
 	defer cancel()
 	msg, err := r.nc.RequestWithContext(rctx, client.RPCSubject("termlog", client.RPCRegister), body)
 	if err != nil {
+		r.failed(err.Error())
 		return a, err
 	}
 	var rep client.Reply
 	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		r.failed("undecodable reply")
 		return a, err
 	}
 	if rep.Error != nil {
+		r.failed(rep.Error.Code)
 		return a, errors.New(rep.Error.Code + ": " + rep.Error.Message)
 	}
 	a.ID, a.Epoch, a.Term, a.At = rep.ID, rep.Epoch, rep.Term, time.Now()
@@ -82,6 +86,24 @@ func (r *Registrar) Register(ctx context.Context, timeout time.Duration) (Ack, e
 	r.acks = append(r.acks, a)
 	r.mu.Unlock()
 	return a, nil
+}
+
+func (r *Registrar) failed(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.errs == nil {
+		r.errs = map[string]int{}
+	}
+	r.errs[why]++
+}
+
+// Failures returns, and forgets, how many registrations failed, by why.
+func (r *Registrar) Failures() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.errs
+	r.errs = nil
+	return out
 }
 
 // Burst runs conc registrants until ctx ends and waits for them.

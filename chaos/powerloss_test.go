@@ -227,7 +227,7 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 		loadTime += killedAt.Sub(began)
 		acksNow := reg.Acks()
 		loadAcks += len(acksNow) - before
-		t.Logf("crash %d: after %v of load, %v lost power; %d registrations acknowledged so far; %s", k+1, after.Round(time.Millisecond), names(c.NATS, victims), len(acksNow), strings.Join(reports, "; "))
+		t.Logf("crash %d: after %v of load, %v lost power; %d registrations acknowledged so far (%d in this load; failed: %v); %s", k+1, after.Round(time.Millisecond), names(c.NATS, victims), len(acksNow), len(acksNow)-before, reg.Failures(), strings.Join(reports, "; "))
 		for _, v := range victims {
 			c.NATS[v].Reap()
 			if err := c.NATS[v].Start(); err != nil {
