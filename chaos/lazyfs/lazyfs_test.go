@@ -1,11 +1,16 @@
 package lazyfs
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -330,5 +335,52 @@ func TestRmdirFollowsSync(t *testing.T) {
 				t.Fatalf("%d undos skipped, want none", rep.SkippedStale)
 			}
 		})
+	}
+}
+
+// A mount whose server died (a test process killed while mounted) is
+// swept by the next New: no stale mount breaks a later run. The dying
+// server is this test binary run again as a helper, SIGKILLed.
+func TestStaleMountSwept(t *testing.T) {
+	if mnt := os.Getenv("LAZYFS_HELPER_MOUNT"); mnt != "" {
+		if _, err := New(filepath.Join(filepath.Dir(mnt), "base"), mnt, Options{}); err != nil {
+			fmt.Println("helper:", err)
+			os.Exit(1)
+		}
+		fmt.Println("mounted")
+		select {} // until killed
+	}
+	if err := Check(); err != nil {
+		t.Skipf("lazyfs: FUSE mounts are not possible here: %v", err)
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestStaleMountSwept$")
+	cmd.Env = append(os.Environ(), "LAZYFS_HELPER_MOUNT="+mnt)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "mounted" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("helper: %q", line)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var st syscall.Stat_t
+	if err := syscall.Stat(mnt, &st); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("the dead server's mount: stat %v, want ENOTCONN (a stale mount)", err)
+	}
+	SweepStale()
+	if err := syscall.Stat(mnt, &st); err != nil {
+		t.Fatalf("after the sweep: %v", err)
+	}
+	if b, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(b), " "+mnt+" ") {
+		t.Fatalf("%s is still mounted after the sweep", mnt)
 	}
 }
