@@ -67,6 +67,7 @@ type plRow struct {
 	crashes       int
 	acked, lost   int
 	violations    int
+	unknown       bool // the stream could not be read: lost is not known
 	dropped       []string
 	appendsPerSec float64
 }
@@ -101,7 +102,19 @@ func TestPowerLoss(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1_000_000_000)
 	}
-	root := t.TempDir()
+	// Kept when the test fails (the process logs, exports and backing
+	// files of every case), removed when it passes.
+	root, err := os.MkdirTemp("", "termlog-powerloss-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("power loss: logs, exports and backing files kept under %s", root)
+			return
+		}
+		os.RemoveAll(root)
+	})
 	bin := binary(t, root)
 	t.Logf("power loss: seed %d, --sync %s, lazyfs dirs %s, %d crashes per case (reproduce: go test ./chaos -run TestPowerLoss -args -seed %d -powerloss-sync %s -powerloss-dirs %s)",
 		seed, *flagPLSync, dirs, *flagPLCrashes, seed, *flagPLSync, dirs)
@@ -130,7 +143,11 @@ func logPowerLossTable(t *testing.T, rows []plRow, dirs lazyfs.DirMode, seed uin
 	fmt.Fprintf(&b, "power loss, --sync %s, lazyfs dirs %s, seed %d (Jepsen, NATS 2.12.1, default 2-minute sync, one coordinated power failure: acknowledged 930,005, lost 131,418):\n", *flagPLSync, dirs, seed)
 	fmt.Fprintf(&b, "  %-12s %8s %13s %6s %11s %14s\n", "case", "crashes", "acknowledged", "lost", "violations", "acks/s (load)")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "  %-12s %8d %13d %6d %11d %14.0f\n", r.cas, r.crashes, r.acked, r.lost, r.violations, r.appendsPerSec)
+		lost := strconv.Itoa(r.lost)
+		if r.unknown {
+			lost = "?"
+		}
+		fmt.Fprintf(&b, "  %-12s %8d %13d %6s %11d %14.0f\n", r.cas, r.crashes, r.acked, lost, r.violations, r.appendsPerSec)
 		for _, d := range r.dropped {
 			fmt.Fprintf(&b, "    %s\n", d)
 		}
@@ -252,7 +269,8 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 		cdir := filepath.Join(dir, fmt.Sprintf("crash-%d", k+1))
 		_ = os.MkdirAll(cdir, 0o755)
 		export := filepath.Join(cdir, "export.jsonl")
-		evs, err := c.Export(ctx, export)
+		evs, err := exportWithin(ctx, c, export, 30*time.Second)
+		known := err == nil || strings.Contains(err.Error(), "no stream")
 		if err != nil {
 			vs = append(vs, "export: "+err.Error())
 		} else {
@@ -274,7 +292,13 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 			}
 		}
 		acks := reg.Acks()
-		lost := AckedLost(evs, acks)
+		var lost []string
+		if known {
+			// The stream as read, or none at all: what is not there is lost.
+			lost = AckedLost(evs, acks)
+		} else {
+			row.unknown = true
+		}
 		row.acked, row.lost = len(acks), len(lost)
 		row.violations += len(vs)
 		if len(lost) > 0 {
@@ -285,7 +309,7 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 		if len(vs) > 0 {
 			t.Errorf("%s crash %d: %d violations (seed %d; logs %s):\n  %s", pc.name, k+1, len(vs), seed, c.LogDir(), strings.Join(vs, "\n  "))
 		}
-		if len(lost) > 0 || !up {
+		if len(lost) > 0 || !up || !known {
 			break // the cluster's state is past checking further
 		}
 	}
@@ -293,6 +317,20 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 		row.appendsPerSec = float64(loadAcks) / loadTime.Seconds()
 	}
 	return row
+}
+
+// exportWithin exports the stream, trying again for a while when it
+// cannot be read (a restarted R3 stream may be without a leader for a
+// few seconds); "no stream" is an answer, not a reason to try again.
+func exportWithin(ctx context.Context, c *Cluster, path string, within time.Duration) ([]Event, error) {
+	deadline := time.Now().Add(within)
+	for {
+		evs, err := c.Export(ctx, path)
+		if err == nil || strings.Contains(err.Error(), "no stream") || time.Now().After(deadline) {
+			return evs, err
+		}
+		sleepCtx(ctx, time.Second)
+	}
 }
 
 // registered waits until a registration is acknowledged.
