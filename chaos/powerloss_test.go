@@ -253,10 +253,13 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 		}
 		// Back: a registration is acknowledged again (a leader leads and
 		// the stream takes appends). Under the mutation it may never be.
+		restarted := time.Now()
 		up := registered(ctx, reg, 60*time.Second)
 		var vs []string
 		if !up {
 			vs = append(vs, "no registration acknowledged within 60s of the restart")
+		} else {
+			t.Logf("crash %d: a registration acknowledged again %v after the restart", k+1, time.Since(restarted).Round(time.Millisecond))
 		}
 		// What each meta replica projects now, then the stream: a replica
 		// projecting past the stream's tail folded events the stream lost.
