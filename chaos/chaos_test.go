@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 // env fills a flag left at its default from its environment variable.
@@ -106,21 +112,40 @@ func useNetns(t *testing.T) (bool, string) {
 	return false, ""
 }
 
-// binary is TERMLOG_BIN, or the binary built once into dir.
-func binary(t *testing.T, dir string) string {
+// The binary the tests of this process share (built once), and its dir,
+// removed when the process ends.
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// binary is TERMLOG_BIN, or the binary built once per test process (with
+// -race when -race-bin); dir is unused now that TestChaos and
+// TestPowerLoss share one build.
+func binary(t testing.TB, _ string) string {
 	if b := os.Getenv("TERMLOG_BIN"); b != "" {
 		return b
 	}
-	bin := filepath.Join(dir, "termlog")
-	args := []string{"build", "-o", bin}
-	if *flagRace {
-		args = append(args, "-race")
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "termlog-chaos-bin-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "termlog")
+		args := []string{"build", "-o", binPath}
+		if *flagRace {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "../cmd/termlog")...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
 	}
-	cmd := exec.Command("go", append(args, "../cmd/termlog")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return binPath
 }
 
 // Summary is a run's numbers (written to <dir>/summary.json).

@@ -56,6 +56,8 @@ type Config struct {
 
 	// StoreArgs are extra flags for every log store.
 	StoreArgs []string
+	// NATSArgs are extra flags for every NATS node (`--sync interval`).
+	NATSArgs []string
 }
 
 // DefaultConfig is the short-lease cluster the suite runs.
@@ -169,7 +171,7 @@ func NewCluster(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if cfg.Topology == R3 {
 			args = append(args, "--name", fmt.Sprintf("n%d", i+1), "--cluster-port", fmt.Sprint(a.clusterPorts[i]), "--routes", strings.Join(a.routes, ","))
 		}
-		c.NATS = append(c.NATS, proc(name, args...))
+		c.NATS = append(c.NATS, proc(name, append(args, cfg.NATSArgs...)...))
 	}
 	for i := range cfg.Metas {
 		name := fmt.Sprintf("meta-%d", i+1)
@@ -230,6 +232,12 @@ func loopbackAddrs(cfg Config, nodes int) (addrs, error) {
 // Env is what a command run against the cluster needs (NATS URLs, keys,
 // replicas, JSON logs).
 func (c *Cluster) Env() []string { return c.env }
+
+// NATSStoreDir is where NATS node i (0-based) keeps its JetStream store
+// (`termlog nats --data D` stores in D/nats).
+func (c *Cluster) NATSStoreDir(i int) string {
+	return filepath.Join(c.Cfg.Dir, fmt.Sprintf("nats-%d", i+1), "nats")
+}
 
 // LogDir is where every process logs.
 func (c *Cluster) LogDir() string { return filepath.Join(c.Cfg.Dir, "logs") }
