@@ -218,7 +218,7 @@ func TestScriptHelper(t *testing.T) {
 // A change that alters an outcome fails the converted script with a diff
 // naming the seq: here the stale expiry of the handoff is rewritten as if it
 // had been stamped with the new term — what a rule that stopped rejecting it
-// would fold.
+// would fold (and, since meta-1 did not start term 7, a writer-mismatch).
 func TestScriptChangedOutcome(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the test binary")
@@ -270,7 +270,7 @@ func TestScriptChangedOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "\n5 applied: worker 1 epoch 2 removed\n") {
+	if !strings.Contains(string(b), "\n5 applied: worker 1 epoch 2 removed; warning writer-mismatch: writer meta-1 did not start term 7 (its leader is meta-2)\n") {
 		t.Errorf("-rewrite did not write the new outcome:\n%s", b)
 	}
 	if out, err := run(string(b)); err != nil {

@@ -33,7 +33,7 @@
 //	    folds the events of its input, one a line (blank lines and lines
 //	    starting with # are skipped), and prints "<seq> <outcome>" for each:
 //	    "applied: <what changed>", "noop: <why>", "rejected <kind>: <why>",
-//	    "corrupt corrupt: <decode error>" or "duplicate: <why>". With quiet
+//	    "corrupt: <decode error>" or "duplicate: <why>". With quiet
 //	    it prints one line instead: "seq A..B: applied=N noop=N ...".
 //	state [brief]
 //	    the whole state as projections.State.Render prints it: a header
@@ -106,7 +106,7 @@
 //	----
 //	4 applied: term 7 leader meta-2
 //	5 rejected stale-term: term 1 < current term 7
-//	9 corrupt corrupt: seq 9: malformed event: invalid character 'h' in literal true (expecting 'r')
+//	9 corrupt: seq 9: malformed event: invalid character 'h' in literal true (expecting 'r')
 //
 //	workers
 //	----

@@ -147,12 +147,16 @@ func (f *Fold) Run(cmd string, args []Arg, input string) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		writer := s.Leader // the term's leader writes its operators
+		if writer == "" {
+			writer = "meta"
+		}
 		return f.flood(2*n, func(i int, seq uint64) []byte {
 			typ := "operator.started"
 			if i%2 == 1 {
 				typ = "operator.finished"
 			}
-			return Entry{Term: s.Term, Writer: "meta", Type: typ, Data: fmt.Appendf(nil, `{"op":"op-flood-%d","shard":%d}`, i/2, shard)}.Body(seq)
+			return Entry{Term: s.Term, Writer: writer, Type: typ, Data: fmt.Appendf(nil, `{"op":"op-flood-%d","shard":%d}`, i/2, shard)}.Body(seq)
 		})
 	}
 	return "", fmt.Errorf("%w %q", ErrUnknownCommand, cmd)
