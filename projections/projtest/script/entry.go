@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,14 +103,36 @@ func ParseEntry(line string) (Entry, error) {
 		e.Writer, rest = cutField(rest)
 	}
 	e.Type, rest = cutField(rest)
-	if e.Type == "" || rest == "" {
-		return e, errors.New("want [seq=N] [at=T] <term> <writer> <type> <json>: missing type or data")
+	if err := missing(e.Writer, e.Type, rest); err != nil {
+		return e, err
 	}
 	if !json.Valid([]byte(rest)) {
 		return e, fmt.Errorf("data %s: not valid JSON", rest)
 	}
 	e.Data = json.RawMessage(rest)
 	return e, nil
+}
+
+const eventLine = "<term> <writer> <type> <json data>"
+
+// missing names what an event line lacks, from the fields it read as the
+// writer, the type and the data.
+func missing(writer, typ, data string) error {
+	switch {
+	case writer == "" && typ == "":
+		return fmt.Errorf("missing the writer, the type and the data: want %s", eventLine)
+	case typ == "":
+		return fmt.Errorf("missing the type and the data after writer %s: want %s", writer, eventLine)
+	case data == "" && strings.HasPrefix(typ, "{"):
+		// The JSON stands where the type goes: one field is missing.
+		if slices.Contains(events.Types(), writer) {
+			return fmt.Errorf("missing the writer: %s is the type, and the writer (the replica that appended it, such as meta-1) comes before it: want %s", writer, eventLine)
+		}
+		return fmt.Errorf("missing the type after writer %s (one of %s): want %s", writer, strings.Join(events.Types(), ", "), eventLine)
+	case data == "":
+		return fmt.Errorf("missing the data of %s (a JSON object such as {\"id\":1}): want %s", typ, eventLine)
+	}
+	return nil
 }
 
 // cutField splits off the first space-separated field.

@@ -73,13 +73,17 @@ func TestFormatParseRaw(t *testing.T) {
 
 func TestParseEntryErrors(t *testing.T) {
 	for line, want := range map[string]string{
-		`one meta-1 term.started {}`:      "term \"one\" is not a number",
-		`1 meta-1 term.started`:           "missing type or data",
-		`1 meta-1 term.started {"term":`:  "not valid JSON",
-		`seq=0 1 meta-1 term.started {}`:  "seq=\"0\"",
-		`at=yesterday 1 meta-1 x {}`:      "RFC3339",
-		`raw64 !!!`:                       "raw64",
-		`1 "unterminated term.started {}`: "writer",
+		`one meta-1 term.started {}`:                  "term \"one\" is not a number",
+		`1 meta-1 term.started`:                       "missing the data of term.started",
+		`1 term.started {"term":1,"leader":"meta-1"}`: "missing the writer: term.started is the type, and the writer",
+		`1 meta-1 {"term":1,"leader":"meta-1"}`:       "missing the type after writer meta-1 (one of term.started, ",
+		`1 meta-1`:                                    "missing the type and the data after writer meta-1",
+		`1`:                                           "missing the writer, the type and the data",
+		`1 meta-1 term.started {"term":`:              "not valid JSON",
+		`seq=0 1 meta-1 term.started {}`:              "seq=\"0\"",
+		`at=yesterday 1 meta-1 x {}`:                  "RFC3339",
+		`raw64 !!!`:                                   "raw64",
+		`1 "unterminated term.started {}`:             "writer",
 	} {
 		if _, err := script.ParseEntry(line); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", line, err, want)
