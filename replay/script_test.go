@@ -3,6 +3,7 @@ package replay_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -320,5 +321,63 @@ func TestFromScriptBadLine(t *testing.T) {
 	_, err := replay.FromScript(strings.NewReader("apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\n----\n1 applied: term 1 leader meta-1\n\napply\none meta-1 worker.expired {}\n----\n"), &out, nil)
 	if err == nil || !strings.Contains(err.Error(), "line 6: apply: input line 1") || out.Len() != 0 {
 		t.Fatalf("got %v with output %q", err, out.String())
+	}
+}
+
+// A script's check reports a log's seq problems in the words of replay
+// --check (one checker): the same failure, without the file's lines.
+func TestScriptCheckIsReplayCheck(t *testing.T) {
+	for _, name := range []string{"gap", "order", "dup", "swapped", "handoff"} {
+		t.Run(name, func(t *testing.T) {
+			jsonl, err := os.ReadFile(filepath.Join("testdata", "logs", name+".jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "ok\n"
+			err = replay.Run(context.Background(), replay.JSONL(bytes.NewReader(jsonl)), replay.Options{Mode: replay.ModeCheck}, io.Discard)
+			var ce *replay.CheckError
+			if errors.As(err, &ce) {
+				c := *ce
+				c.Line = 0
+				if se, ok := c.Err.(*replay.SeqError); ok {
+					s := *se
+					s.Line, s.OtherLine = 0, 0
+					c.Err = &s
+				}
+				want = c.Error() + "\n"
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if name != "handoff" && want == "ok\n" {
+				t.Fatalf("replay --check passes %s", name)
+			}
+			ds, err := script.Parse(strings.NewReader(toScript(t, jsonl, replay.ScriptOptions{})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := script.NewFold()
+			got := ""
+			for _, d := range ds {
+				if got, err = f.Run(d.Cmd, d.Args, d.Input); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if ds[len(ds)-1].Cmd != "check" || got != want {
+				t.Errorf("the script's check says %q, replay --check %q", got, want)
+			}
+		})
+	}
+}
+
+// A mistake in a script names its line and the known words.
+func TestFromScriptUnknownWords(t *testing.T) {
+	for s, want := range map[string]string{
+		"apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\n----\n1 applied: term 1 leader meta-1\n\nstate breif\n----\n": `line 6: state: unknown argument "breif": state takes brief`,
+		"# a comment\napply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\",\"colour\":\"red\"}\n----\n":                       `line 2: apply: input line 1: term.started has no field "colour" (its fields: term, leader, lease`,
+	} {
+		_, err := replay.FromScript(strings.NewReader(s), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
 	}
 }

@@ -75,3 +75,6 @@ func TestReadmeExample(t *testing.T) {
 	}
 	projtest.RunFile(t, path)
 }
+
+// The kit's own scripts: check, views, snapshots.
+func TestKit(t *testing.T) { projtest.RunDir(t, "testdata") }

@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -225,4 +227,57 @@ func formatWriter(w string) string {
 		return strconv.Quote(w)
 	}
 	return w
+}
+
+// checkFields refuses a data field the event's kind does not have (a typo
+// such as "epoc", or "colour"), naming the fields it has: the live fold
+// ignores unknown fields, so a script would test something else than it
+// says. A kind this build does not know is left to the fold (corrupt).
+func (e Entry) checkFields() error {
+	if e.Raw != nil {
+		return nil
+	}
+	ev, err := events.Decode(1, e.Body(1))
+	if err != nil || ev.Data == nil {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(e.Data, &fields) != nil {
+		return nil
+	}
+	known := PayloadFields(ev.Data)
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("%s has no field %q (its fields: %s; go doc ./events %s)", e.Type, k, strings.Join(known, ", "), reflect.TypeOf(ev.Data).Name())
+		}
+	}
+	return nil
+}
+
+// PayloadFields lists the JSON fields of an event kind's data, in the
+// order of its Go type.
+func PayloadFields(p events.Payload) []string {
+	t := reflect.TypeOf(p)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	return out
 }

@@ -148,3 +148,36 @@ func FuzzScript(f *testing.F) {
 		_ = script.Write(&b, ds)
 	})
 }
+
+// A mistake in a script is an error naming the known words: an argument a
+// command does not take, a field an event kind does not have, a command the
+// kit does not know.
+func TestUnknownWords(t *testing.T) {
+	const start = `1 meta-1 term.started {"term":1,"leader":"meta-1","lease":5}`
+	for _, c := range []struct {
+		cmd   string
+		args  []script.Arg
+		input string
+		want  string
+	}{
+		{"state", []script.Arg{{Key: "breif"}}, "", `unknown argument "breif": state takes brief`},
+		{"workers", []script.Arg{{Key: "all"}}, "", `unknown argument "all": workers takes none`},
+		{"apply", []script.Arg{{Key: "quiet"}, {Key: "n", Vals: []string{"3"}}}, start, `unknown argument "n=3": apply takes quiet`},
+		{"stale-flood", []script.Arg{{Key: "n", Vals: []string{"3"}}, {Key: "trem", Vals: []string{"1"}}}, "", `unknown argument "trem=1": stale-flood takes n, term, writer`},
+		{"apply", nil, start + "\n" + `1 meta-1 worker.registered {"id":1,"endpoint":"a:1","colour":"red"}`,
+			`input line 2: worker.registered has no field "colour" (its fields: id, epoch, incarnation, endpoint, kind, parallelism; go doc ./events WorkerRegistered)`},
+		{"apply", nil, `1 meta-1 term.started {"term":1,"leader":"meta-1","lese":5}`, `input line 1: term.started has no field "lese" (its fields: term, leader, lease;`},
+		{"stat", nil, "", `unknown command "stat" (the kit's commands: anomalies, apply, check, compare, corrupt-flood, counters, hash, history, op-flood, replica, restore, snapshot, stale-flood, state, workers)`},
+	} {
+		_, err := script.NewFold().Run(c.cmd, c.args, c.input)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v: got %v, want %q", c.cmd, c.args, err, c.want)
+		}
+	}
+	// A kind this build does not know is the fold's to report (corrupt),
+	// and raw lines are bodies as stored.
+	out, err := script.NewFold().Run("apply", nil, `1 meta-1 worker.promoted {"colour":"red"}`+"\nraw {\"v\":1,\"colour\":1}")
+	if err != nil || !strings.Contains(out, "1 corrupt: seq 1: unknown event type") {
+		t.Errorf("unknown kind: %q %v", out, err)
+	}
+}
