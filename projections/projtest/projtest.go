@@ -135,8 +135,11 @@
 package projtest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
@@ -145,35 +148,95 @@ import (
 	"github.com/termlog/termlog/projections/projtest/script"
 )
 
-// Fold is the state one script runs against.
-type Fold struct{ f *script.Fold }
+// Fold is the state one script runs against: its views and their states.
+type Fold struct {
+	f    *script.Fold
+	cmds map[string]Command
+	err  error // a bad option, reported by the first Handle
+}
 
-// New returns a fold at the empty state.
-func New() *Fold { return &Fold{f: script.NewFold()} }
+// Command is a script command of a test's own (see WithCommand). It gets
+// the current view's state and the command as datadriven parsed it (d.Cmd,
+// d.CmdArgs, d.Input, d.Pos) and returns the output the script expects. A
+// mistake in the script is an error: the test fails naming the line.
+type Command func(s *projections.State, d *datadriven.TestData) (string, error)
 
-// State is the state the commands have folded so far (the fold's own).
+// An Option configures a Fold (New, RunFile, RunDir).
+type Option func(*Fold)
+
+// WithCommand adds a command of the test's own to the kit's, under a name
+// the kit does not use. It runs against the current view (main, or the one
+// the last replica command chose), so it sees what the kit's commands see.
+func WithCommand(name string, c Command) Option {
+	return func(f *Fold) {
+		switch {
+		case slices.Contains(script.Commands(), name):
+			f.err = fmt.Errorf("projtest.WithCommand(%q): the kit has a command of that name (%s)", name, strings.Join(script.Commands(), ", "))
+		case name == "" || strings.ContainsAny(name, " \t\n=") || c == nil:
+			f.err = fmt.Errorf("projtest.WithCommand(%q): want a command name without spaces and a function", name)
+		default:
+			f.cmds[name] = c
+		}
+	}
+}
+
+// New returns a fold at the empty state, with the kit's commands and the
+// options' own.
+func New(opts ...Option) *Fold {
+	f := &Fold{f: script.NewFold(), cmds: map[string]Command{}}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
+}
+
+// State is the state of the current view (the fold's own).
 func (f *Fold) State() *projections.State { return f.f.State }
 
 // Handle runs one datadriven command and returns its output; it fails the
-// test on a mistake in the script (an unknown command, a bad line).
+// test on a mistake in the script (an unknown command or argument, a bad
+// line), naming the file and line.
 func (f *Fold) Handle(t *testing.T, d *datadriven.TestData) string {
 	t.Helper()
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	if c, ok := f.cmds[d.Cmd]; ok {
+		out, err := c(f.f.State, d)
+		if err != nil {
+			d.Fatalf(t, "%s: %v", d.Cmd, err)
+		}
+		return out
+	}
 	args := make([]script.Arg, len(d.CmdArgs))
 	for i, a := range d.CmdArgs {
 		args[i] = script.Arg{Key: a.Key, Vals: a.Vals}
 	}
 	out, err := f.f.Run(d.Cmd, args, d.Input)
 	if err != nil {
+		if len(f.cmds) > 0 {
+			keys := mapsKeys(f.cmds)
+			slices.Sort(keys)
+			err = fmt.Errorf("%w; this test's own: %s", err, strings.Join(keys, ", "))
+		}
 		d.Fatalf(t, "%s: %v", d.Cmd, err)
+	}
+	return out
+}
+
+func mapsKeys(m map[string]Command) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
 	return out
 }
 
 // RunFile runs the script at path from the empty state. With -rewrite it
 // writes today's output into the file.
-func RunFile(t *testing.T, path string) {
+func RunFile(t *testing.T, path string, opts ...Option) {
 	t.Helper()
-	f := New()
+	f := New(opts...)
 	datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 		return f.Handle(t, d)
 	})
@@ -182,7 +245,7 @@ func RunFile(t *testing.T, path string) {
 // RunDir runs every file at the top of dir as a subtest named after it
 // (sub-directories, such as a fuzz corpus, are left alone), each from the
 // empty state.
-func RunDir(t *testing.T, dir string) {
+func RunDir(t *testing.T, dir string, opts ...Option) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -194,7 +257,7 @@ func RunDir(t *testing.T, dir string) {
 			continue
 		}
 		n++
-		t.Run(e.Name(), func(t *testing.T) { RunFile(t, filepath.Join(dir, e.Name())) })
+		t.Run(e.Name(), func(t *testing.T) { RunFile(t, filepath.Join(dir, e.Name()), opts...) })
 	}
 	if n == 0 {
 		t.Fatalf("no script in %s", dir)

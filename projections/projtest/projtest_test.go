@@ -1,13 +1,16 @@
 package projtest_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
 	"go.uber.org/goleak"
 
+	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/projections/projtest"
 )
 
@@ -78,3 +81,26 @@ func TestReadmeExample(t *testing.T) {
 
 // The kit's own scripts: check, views, snapshots.
 func TestKit(t *testing.T) { projtest.RunDir(t, "testdata") }
+
+// A test adds its own command without wrapping Fold.Handle; it sees the
+// current view, as the kit's commands do.
+func TestOwnCommand(t *testing.T) {
+	leaderView := func(s *projections.State, d *datadriven.TestData) (string, error) {
+		who := s.Leader + " leads"
+		if s.Leader == "" {
+			who = "nobody leads"
+		}
+		out := fmt.Sprintf("%s (term %d) with %d workers", who, s.Term, len(s.Workers))
+		if s.Leader != "" {
+			out = fmt.Sprintf("%s term %d with %d worker", who, s.Term, len(s.Workers))
+		}
+		for _, a := range d.CmdArgs {
+			if a.Key != "verbose" {
+				return "", fmt.Errorf("unknown argument %q: leader-view takes verbose", a.Key)
+			}
+			out += fmt.Sprintf(", next worker id %d", s.NextWorkerID)
+		}
+		return out + "\n", nil
+	}
+	projtest.RunDir(t, "testdata/own", projtest.WithCommand("leader-view", leaderView))
+}

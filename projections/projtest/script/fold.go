@@ -39,19 +39,11 @@ type Fold struct {
 	// folded. It lets a script be turned back into a log; View says which
 	// view the entry is folded into.
 	OnEntry func(seq uint64, body []byte)
-	// Commands are a test's own commands, by name. Run tries them for a
-	// command the kit does not have; a name of the kit's is refused.
-	Commands map[string]Command
 
 	cur   *view
 	views map[string]*view
 	snaps map[string][]byte
 }
-
-// Command is a script command of a test's own. It reads (or folds into)
-// f.State, the current view, and returns the output the script expects; an
-// error is a mistake in the script. args and input are the command's.
-type Command func(f *Fold, args []Arg, input string) (string, error)
 
 // MainView is the name of the view a script starts in.
 const MainView = "main"
@@ -148,17 +140,7 @@ func checkArgs(cmd string, args []Arg) error {
 func (f *Fold) Run(cmd string, args []Arg, input string) (string, error) {
 	f.sync()
 	if _, ok := commandArgs[cmd]; !ok {
-		if c, ok := f.Commands[cmd]; ok && c != nil {
-			return c(f, args, input)
-		}
-		own := ""
-		if len(f.Commands) > 0 {
-			own = "; this test's own: " + strings.Join(slices.Sorted(maps.Keys(f.Commands)), ", ")
-		}
-		return "", fmt.Errorf("%w %q (the kit's commands: %s%s)", ErrUnknownCommand, cmd, strings.Join(Commands(), ", "), own)
-	}
-	if _, ok := f.Commands[cmd]; ok {
-		return "", fmt.Errorf("command %q is the kit's: a test's own command needs another name", cmd)
+		return "", fmt.Errorf("%w %q (the kit's commands: %s)", ErrUnknownCommand, cmd, strings.Join(Commands(), ", "))
 	}
 	if err := checkArgs(cmd, args); err != nil {
 		return "", err
