@@ -381,3 +381,57 @@ func TestFromScriptUnknownWords(t *testing.T) {
 		}
 	}
 }
+
+// A script keeps the events' stored bytes: the data as written (no
+// "epoch":0 added, none taken away) and the time with its offset and
+// precision; it folds to the hash of the log itself.
+func TestScriptKeepsOriginalBytes(t *testing.T) {
+	const log = `{"seq":1,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T04:00:01.500+01:00","type":"term.started","data":{"term":1,"leader":"meta-1","lease":5}}
+{"seq":2,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T03:00:02Z","type":"worker.registered","data":{"id":1,"incarnation":"cn-a","endpoint":"10.0.0.5:5688","kind":"compute","parallelism":4}}
+{"seq":3,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T03:00:03.000Z","type":"worker.registered","data":{"epoch":0,"endpoint":"10.0.0.6:5688","id":2}}
+`
+	s := toScript(t, []byte(log), replay.ScriptOptions{})
+	for _, want := range []string{
+		"\nat=2026-11-30T04:00:01.500+01:00 1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\",\"lease\":5}\n",
+		"\n1 meta-1 worker.registered {\"id\":1,\"incarnation\":\"cn-a\",\"endpoint\":\"10.0.0.5:5688\",\"kind\":\"compute\",\"parallelism\":4}\n",
+		"\nat=2026-11-30T03:00:03.000Z 1 meta-1 worker.registered {\"epoch\":0,\"endpoint\":\"10.0.0.6:5688\",\"id\":2}\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("script lacks %q:\n%s", want, s)
+		}
+	}
+	projtest.RunFile(t, writeScript(t, s))
+	var st bytes.Buffer
+	if err := replay.Run(context.Background(), replay.JSONL(strings.NewReader(log)), replay.Options{Mode: replay.ModeCheck}, &st); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := script.Parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := script.NewFold()
+	for _, d := range ds {
+		if _, err := f.Run(d.Cmd, d.Args, d.Input); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(st.String(), f.State.Hash()) {
+		t.Errorf("the script folds to hash %s, the log: %s", f.State.Hash(), st.String())
+	}
+}
+
+// A term.started the fold rejected is titled as rejected, naming the term
+// that stayed.
+func TestScriptTitlesRejectedTerm(t *testing.T) {
+	const log = `{"seq":1,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T03:00:01Z","type":"term.started","data":{"term":1,"leader":"meta-1","lease":5}}
+{"seq":2,"v":1,"term":8,"writer":"meta-z","at":"2026-11-30T03:00:02Z","type":"term.started","data":{"term":8,"leader":"meta-z","lease":3}}
+`
+	s := toScript(t, []byte(log), replay.ScriptOptions{})
+	if !strings.Contains(s, "\n# term 1, leader meta-1\napply\n") {
+		t.Errorf("the applied term's title:\n%s", s)
+	}
+	want := "\n# term 8, leader meta-z: rejected stale-lease: term 8 lease 3 <= current term 1's lease 5; term 1, leader meta-1 stays\napply\n"
+	if !strings.Contains(s, want) {
+		t.Errorf("script lacks %q:\n%s", want, s)
+	}
+}

@@ -7,6 +7,7 @@
 package script
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,9 @@ type Entry struct {
 	Seq uint64
 	// At is the time the line names with at=; zero is Base() + seq seconds.
 	At time.Time
+	// AtText is at= as written: the body holds it as it is, so a line
+	// keeps the time of the incident byte for byte (offset, precision).
+	AtText string
 	// Raw is the body of a raw or raw64 line; nil for an event line.
 	Raw []byte
 
@@ -72,7 +76,7 @@ func ParseEntry(line string) (Entry, error) {
 			if err != nil {
 				return e, fmt.Errorf("at=%q: want an RFC3339 time such as 2026-11-30T03:00:01Z", val)
 			}
-			e.At = t.UTC()
+			e.At, e.AtText = t.UTC(), val
 		}
 		rest = after
 	}
@@ -168,15 +172,19 @@ func (e Entry) Body(seq uint64) []byte {
 	if at.IsZero() {
 		at = Base().Add(time.Duration(seq) * time.Second)
 	}
+	atJSON, _ := json.Marshal(at)
+	if e.AtText != "" {
+		atJSON, _ = json.Marshal(e.AtText)
+	}
 	// The envelope of events.Encode, field for field.
 	env := struct {
 		V      int             `json:"v"`
 		Term   uint64          `json:"term"`
 		Writer string          `json:"writer"`
-		At     time.Time       `json:"at"`
+		At     json.RawMessage `json:"at"`
 		Type   string          `json:"type"`
 		Data   json.RawMessage `json:"data"`
-	}{events.Version, e.Term, e.Writer, at, e.Type, e.Data}
+	}{events.Version, e.Term, e.Writer, atJSON, e.Type, e.Data}
 	b, err := json.Marshal(env)
 	if err != nil { // Data was checked to be valid JSON
 		return fmt.Appendf(nil, "unencodable script line: %v", err)
@@ -202,6 +210,36 @@ func FormatEvent(ev events.Event, last uint64) (string, error) {
 	}
 	fmt.Fprintf(&b, "%d %s %s %s", ev.Term, formatWriter(ev.Writer), ev.Type(), data)
 	return b.String(), nil
+}
+
+// FormatOriginal is the script line of ev that keeps its stored bytes: at
+// is the envelope's "at" text and data its "data" JSON, both as they were
+// written (an "epoch":0 a writer left in stays, a field it left out stays
+// out, a time keeps its offset and precision). It returns an error when the
+// line would not read back: data of several lines, a field this build does
+// not know (FormatEvent re-encodes such an event).
+func FormatOriginal(ev events.Event, last uint64, at string, data []byte) (string, error) {
+	if ev.Data == nil {
+		return "", errors.New("event without payload")
+	}
+	if bytes.ContainsAny(data, "\r\n") {
+		return "", errors.New("data of several lines")
+	}
+	var b strings.Builder
+	b.WriteString(prefix(ev.Seq, last))
+	if base, _ := json.Marshal(Base().Add(time.Duration(ev.Seq) * time.Second)); string(base) != strconv.Quote(at) {
+		fmt.Fprintf(&b, "at=%s ", at)
+	}
+	fmt.Fprintf(&b, "%d %s %s %s", ev.Term, formatWriter(ev.Writer), ev.Type(), data)
+	line := b.String()
+	e, err := ParseEntry(line)
+	if err == nil {
+		err = e.checkFields()
+	}
+	if err != nil {
+		return "", err
+	}
+	return line, nil
 }
 
 // FormatRaw is the script line of a body stored as is at seq: raw when the
