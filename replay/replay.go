@@ -101,6 +101,10 @@ type Filter struct {
 	// Type is an exact type ("worker.expired"), a prefix ending in a dot
 	// ("worker.", "shard.replica.") or a family ("worker" is "worker.").
 	Type string
+	// Term selects the events stamped with this term (0: any).
+	Term uint64
+	// Writer selects the events this replica wrote ("": any).
+	Writer string
 	// FromSeq and ToSeq bound the seqs printed (0: unbounded).
 	FromSeq, ToSeq uint64
 	// FromTime and ToTime bound the event times printed (zero: unbounded).
@@ -120,6 +124,9 @@ func (f Filter) Match(st Step) bool {
 		return false
 	}
 	if f.Type != "" && !MatchType(f.Type, st.Type()) {
+		return false
+	}
+	if f.Term != 0 && st.Event.Term != f.Term || f.Writer != "" && st.Event.Writer != f.Writer {
 		return false
 	}
 	t := st.Touch

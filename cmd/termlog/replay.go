@@ -38,6 +38,8 @@ type replayFlags struct {
 	store       string
 	shard       uint64
 	typ         string
+	term        uint64
+	writer      string
 	fromSeq     uint64
 	toSeq       uint64
 	fromTime    string
@@ -58,8 +60,8 @@ func newReplay(g *globals) *cobra.Command {
 folds it with the same projection every replica runs.
 
 Default: the timeline, one line per event with the fold's outcome (filters:
---worker --endpoint --store --shard --type --from-seq --to-seq --from-time
---to-time; --tail N keeps the last N; --follow keeps tailing the live stream,
+--worker --endpoint --store --shard --type --term --writer --from-seq --to-seq
+--from-time --to-time; --tail N keeps the last N; --follow keeps tailing the live stream,
 after the last 10 events of its history by default). Or one of:
   --until-seq N / --until-time T   the projected state at that point
   --state                          the state at the end of the log
@@ -85,7 +87,7 @@ Progress of long replays goes to stderr.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream")
+	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream (- for stdin)")
 	fl.BoolVar(&f.skipCorrupt, "skip-corrupt", false, "fold a damaged JSONL line as a corrupt event and read on (reported on stderr)")
 	fl.Uint64Var(&f.untilSeq, "until-seq", 0, "stop after this seq; alone, print the state there")
 	fl.StringVar(&f.untilTime, "until-time", "", "stop before the first event after this RFC3339 time; alone, print the state there")
@@ -101,6 +103,8 @@ Progress of long replays goes to stderr.`,
 	fl.StringVar(&f.store, "store", "", "timeline: events touching this store")
 	fl.Uint64Var(&f.shard, "shard", 0, "timeline: events touching this shard")
 	fl.StringVar(&f.typ, "type", "", "timeline: this event type, or a prefix such as worker. or shard.replica")
+	fl.Uint64Var(&f.term, "term", 0, "timeline: events stamped with this term")
+	fl.StringVar(&f.writer, "writer", "", "timeline: events written by this replica (meta-1, ...)")
 	fl.Uint64Var(&f.fromSeq, "from-seq", 0, "timeline: from this seq")
 	fl.Uint64Var(&f.toSeq, "to-seq", 0, "timeline: up to this seq")
 	fl.StringVar(&f.fromTime, "from-time", "", "timeline: events at or after this RFC3339 time")
@@ -130,7 +134,7 @@ func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
 	}
 	o.UntilTime = parseTime("until-time", f.untilTime)
 	o.Filter = replay.Filter{
-		Worker: f.worker, Endpoint: f.endpoint, Store: f.store, Shard: f.shard, Type: f.typ,
+		Worker: f.worker, Endpoint: f.endpoint, Store: f.store, Shard: f.shard, Type: f.typ, Term: f.term, Writer: f.writer,
 		FromSeq: f.fromSeq, ToSeq: f.toSeq,
 		FromTime: parseTime("from-time", f.fromTime), ToTime: parseTime("to-time", f.toTime),
 	}
@@ -170,7 +174,7 @@ func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
 		return o, errors.New("--tail N limits the timeline to its last N events (-1: all)")
 	}
 	if f.toScript == "" && o.Mode != replay.ModeTimeline && o.Filter != (replay.Filter{}) {
-		return o, errors.New("--worker, --endpoint, --store, --shard, --type, --from-*/--to-* filter the timeline only")
+		return o, errors.New("--worker, --endpoint, --store, --shard, --type, --term, --writer, --from-*/--to-* filter the timeline only")
 	}
 	if f.follow && f.file != "" {
 		return o, errors.New("--follow tails the live stream; it does not work with --file")
@@ -192,7 +196,7 @@ func (f *replayFlags) scriptFlags(cmd *cobra.Command) ([]uint64, error) {
 	}
 	modes := []string{"state", "history", "rejected", "check", "diff", "follow", "json", "tail", "skip-corrupt"}
 	if f.fromScript != "" {
-		if set := changed(append(modes, "file", "to-script", "state-at", "until-seq", "until-time", "worker", "endpoint", "store", "shard", "type", "from-seq", "to-seq", "from-time", "to-time", "no-snapshot")...); len(set) > 0 {
+		if set := changed(append(modes, "file", "to-script", "state-at", "until-seq", "until-time", "worker", "endpoint", "store", "shard", "type", "term", "writer", "from-seq", "to-seq", "from-time", "to-time", "no-snapshot")...); len(set) > 0 {
 			return nil, fmt.Errorf("--from-script converts a script to JSONL on stdout; it takes no other replay flag (got %s)", strings.Join(set, " "))
 		}
 		return nil, nil
@@ -295,7 +299,9 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	ctx := cmd.Context()
 	var src replay.Source
 	name := "the live stream"
-	if f.file != "" {
+	if f.file == "-" {
+		src, name = replay.JSONL(cmd.InOrStdin()), "stdin"
+	} else if f.file != "" {
 		fh, err := os.Open(f.file)
 		if err != nil {
 			return err

@@ -558,3 +558,52 @@ func TestCLIUpToScript(t *testing.T) {
 		t.Error("the export converted to a script and back is not the export")
 	}
 }
+
+// --term and --writer select the timeline's events by their envelope, and
+// --file - reads the export from stdin.
+func TestReplayTermWriterStdin(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "replay.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := func(out string) string {
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] { // after the header
+			got = append(got, strings.Fields(l)[0])
+		}
+		return strings.Join(got, ",")
+	}
+	run := func(stdin []byte, args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		root := newRoot()
+		root.SetArgs(append([]string{"replay"}, args...))
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetIn(bytes.NewReader(stdin))
+		err := root.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--term", "1"}, "1,2,3,5"},
+		{[]string{"--writer", "meta-2"}, "4,6,7,8,11"},
+		{[]string{"--term", "7", "--writer", "meta-x"}, "9"},
+		{[]string{"--term", "7", "--type", "worker.expired"}, "7"},
+	} {
+		out, err := run(in, append([]string{"--file", "-"}, tc.args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := seqs(out); got != tc.want {
+			t.Errorf("%v: seqs %s, want %s\n%s", tc.args, got, tc.want, out)
+		}
+	}
+	if out, err := run(in, "--file", "-", "--check"); err != nil || !strings.HasPrefix(out, "ok: 11 events") {
+		t.Errorf("--check from stdin: %v\n%s", err, out)
+	}
+	if _, err := run(in, "--file", "-", "--check", "--term", "1"); err == nil || !strings.Contains(err.Error(), "--term, --writer") {
+		t.Errorf("--term with --check: %v", err)
+	}
+}
