@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/natsserver"
+	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/replay"
 )
 
@@ -114,7 +116,7 @@ Progress of long replays goes to stderr.`,
 	fl.StringSliceVar(&f.stateAt, "state-at", nil, "with --to-script: also print the state after these seqs (repeat or comma-separate)")
 	fl.StringVar(&f.fromScript, "from-script", "", "print the JSONL of the events this projection script folds (- for stdin)")
 	fl.IntVar(&f.tail, "tail", -1, "timeline: print only the last N matching events of the history (with --follow: default 10, then every new one; -1: all)")
-	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
+	cmd.AddCommand(newReplayExport(g), newReplayImport(g), newReplayDiff())
 	return cmd
 }
 
@@ -484,4 +486,41 @@ func (l rawLog) AppendRaw(ctx context.Context, expectedLast uint64, body []byte)
 		return ack.Sequence, fmt.Errorf("append raw seq %d: %w: stored at seq %d", seq, events.ErrFenced, ack.Sequence)
 	}
 	return seq, nil
+}
+
+func newReplayDiff() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff A B",
+		Short: "Where two views of the log first differ: two JSONL exports (two replicas', or before and after a fix), or a replica's snapshot and an export",
+		Long: `diff folds A and B side by side and prints the first seq after which their
+states differ, the entry each folded there, and how B's state differs from A's
+(in the lines of --diff); exit 1 when they differ. A file holding a snapshot
+(the encoding replicas store) is a state: it is compared with the other log's
+state at the snapshot's seq.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var views [2]replay.View
+			for i, path := range args {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				views[i].Name = filepath.Base(path)
+				st, err := projections.DecodeSnapshot(b)
+				switch {
+				case err == nil:
+					views[i].State = st
+					continue
+				case bytes.HasPrefix(bytes.TrimSpace(b), []byte(`{"format"`)):
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				views[i].Log = replay.JSONL(bytes.NewReader(b))
+			}
+			if views[0].Name == views[1].Name {
+				views[0].Name, views[1].Name = args[0], args[1]
+			}
+			_, err := replay.DiffViews(cmd.Context(), views[0], views[1], cmd.OutOrStdout())
+			return err
+		},
+	}
 }

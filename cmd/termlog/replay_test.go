@@ -607,3 +607,62 @@ func TestReplayTermWriterStdin(t *testing.T) {
 		t.Errorf("--term with --check: %v", err)
 	}
 }
+
+// replay diff A B names the first seq after which two views differ, the
+// entry each folded there and how; a snapshot is compared at its seq.
+func TestReplayDiffViews(t *testing.T) {
+	a := filepath.Join("testdata", "replay.jsonl")
+	in, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B: meta-1's late expiry (seq 5) carries the new term, as if a rule
+	// had stopped fencing it.
+	stale := `"seq":5,"v":1,"term":1,`
+	if !bytes.Contains(in, []byte(stale)) {
+		t.Fatal("no stale expiry at seq 5")
+	}
+	dir := t.TempDir()
+	b := filepath.Join(dir, "b.jsonl")
+	if err := os.WriteFile(b, bytes.Replace(in, []byte(stale), []byte(`"seq":5,"v":1,"term":7,`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "replay", "diff", a, b)
+	if err == nil || !strings.Contains(err.Error(), "the views differ after seq 5") {
+		t.Fatalf("want the views to differ after seq 5, got %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"the views differ first after seq 5\n",
+		"replay.jsonl: 5 ", "- anomaly seq=5 term=1 writer=meta-1 type=worker.expired stale-term", "+ anomaly seq=5 term=7 writer=meta-1 type=worker.expired writer-mismatch", "rejected stale-term", "# term 1 < current term 7",
+		"b.jsonl:      5 ", "applied", "# worker 1 epoch 2 removed; warning writer-mismatch: writer meta-1 did not start term 7 (its leader is meta-2)",
+		"how b.jsonl differs from replay.jsonl:\n",
+		"- worker 1 epoch=2 running endpoint=10.0.0.5:5688",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if out, _, err := runCLI(t, "replay", "diff", a, a); err != nil || !strings.HasPrefix(out, "same: ") || !strings.Contains(out, "up to seq 11") {
+		t.Errorf("a file and itself: %v\n%s", err, out)
+	}
+	// A replica's snapshot after seq 8 against each log.
+	f := replay.NewFolder()
+	if err := replay.JSONL(bytes.NewReader(in)).Read(context.Background(), func(it replay.Item) error {
+		if it.Seq <= 8 {
+			f.Fold(it)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "snap.json")
+	if err := os.WriteFile(snap, f.State().EncodeSnapshot(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCLI(t, "replay", "diff", snap, a); err != nil || !strings.Contains(out, "same: ") || !strings.Contains(out, "seq 8") {
+		t.Errorf("snapshot vs its log: %v\n%s", err, out)
+	}
+	if out, _, err := runCLI(t, "replay", "diff", snap, b); err == nil || !strings.Contains(out, "the views differ first after seq 8") {
+		t.Errorf("snapshot vs the other log: %v\n%s", err, out)
+	}
+}
