@@ -23,7 +23,7 @@ func TestDocExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(src), "// A complete script")
+	_, after, ok := strings.Cut(string(src), "// # Worked example: a late expiry from the previous term")
 	if !ok {
 		t.Fatal("no example in the package doc")
 	}
