@@ -128,6 +128,7 @@ func FuzzScript(f *testing.F) {
 	f.Add("apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\nseq=9 raw x\nraw64 AAE=\n----\n")
 	f.Add("apply quiet\nat=2026-11-30T03:00:01Z 1 \"a b\" worker.expired {\"id\":1}\n----\n----\nx\n\ny\n----\n----\n")
 	f.Add("stale-flood n=3 term=0\n----\n\nanomalies tail=2\n----\n")
+	f.Add("apply\n1 m term.started {\"term\":1,\"leader\":\"m\"}\n----\n\nsnapshot name=x\n----\n\nreplica a from=main\n----\n\nrestore name=x\n----\n\nreplica b\n----\n\ncompare a b\n----\n\ncheck\n----\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		ds, _ := script.Parse(strings.NewReader(text))
 		fold := script.NewFold()
