@@ -38,6 +38,11 @@ func (s *State) CheckInvariants() error {
 	if s.invariantsHold() {
 		return nil
 	}
+	return s.violations()
+}
+
+// violations names every broken invariant, in a stable order.
+func (s *State) violations() error {
 	var vs []error
 	bad := func(rule, format string, a ...any) {
 		vs = append(vs, Violation{Seq: s.Seq, Rule: rule, What: fmt.Sprintf(format, a...)})
