@@ -102,5 +102,9 @@ func TestOwnCommand(t *testing.T) {
 		}
 		return out + "\n", nil
 	}
-	projtest.RunDir(t, "testdata/own", projtest.WithCommand("leader-view", leaderView))
+	breakEndpoint := func(s *projections.State, d *datadriven.TestData) (string, error) {
+		s.Endpoints["b:2"] = 9
+		return "endpoint b:2 -> worker 9\n", nil
+	}
+	projtest.RunDir(t, "testdata/own", projtest.WithCommand("leader-view", leaderView), projtest.WithCommand("break-endpoint", breakEndpoint))
 }

@@ -44,6 +44,19 @@ func (c *Checker) After(seq uint64, line int, before projections.Provenance, s *
 	return ce
 }
 
+// Step checks the step rules only across the entry just folded (After
+// without the invariants, for a caller that checks those itself).
+func (c *Checker) Step(seq uint64, line int, before projections.Provenance, s *projections.State) error {
+	if err := projections.CheckStep(before, s); err != nil {
+		ce := &CheckError{Seq: s.Seq, Line: line, Events: c.n, Err: err}
+		if seq != 0 {
+			ce.Seq = seq
+		}
+		return ce
+	}
+	return nil
+}
+
 // End reports a jump in the seqs that no later entry explained (a gap at
 // the end of what was checked). It does not change the checker.
 func (c *Checker) End() error {

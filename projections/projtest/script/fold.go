@@ -43,6 +43,11 @@ type Fold struct {
 	cur   *view
 	views map[string]*view
 	snaps map[string][]byte
+
+	// base is the current view's state before the running command, while
+	// its check has found nothing; block the entries it folded since.
+	base  *projections.State
+	block []pending
 }
 
 // MainView is the name of the view a script starts in.
@@ -53,6 +58,17 @@ type view struct {
 	state *projections.State
 	chk   Checker
 	first error // the first check failure over the entries folded
+	// firstAt is where the check found it: 2n before entry n is folded
+	// (the seqs), 2n+1 after it (the step rules and the invariants).
+	firstAt uint64
+}
+
+// pending is an entry folded by the running command, kept to trace an
+// invariant failure to the entry after which it began.
+type pending struct {
+	seq  uint64
+	body []byte
+	n    uint64 // its place among the view's entries
 }
 
 // NewFold returns a fold whose main view is at the empty state.
@@ -149,7 +165,7 @@ func (f *Fold) Run(cmd string, args []Arg, input string) (string, error) {
 	a := argSet(args)
 	switch cmd {
 	case "apply":
-		return f.apply(input, a.has("quiet"))
+		return f.folding(func() (string, error) { return f.apply(input, a.has("quiet")) })
 	case "state":
 		if !a.has("brief") {
 			return s.Render(), nil
@@ -407,14 +423,58 @@ func (f *Fold) fold(seq uint64, body []byte) projections.Result {
 	v, s := f.cur, f.State
 	before := s.Provenance
 	err := v.chk.Before(seq, 0)
+	at := 2 * v.chk.Count()
 	r := s.DecodeApply(seq, body)
 	if err == nil {
-		err = v.chk.After(seq, 0, before, s)
+		err, at = v.chk.Step(seq, 0, before, s), at+1
 	}
-	if v.first == nil {
-		v.first = err
+	if f.base != nil {
+		f.block = append(f.block, pending{seq: seq, body: body, n: v.chk.Count()})
+	}
+	if v.first == nil && err != nil {
+		v.first, v.firstAt = err, at
 	}
 	return r
+}
+
+// folding runs a command that folds entries (apply, the floods) with the
+// check of replay --check: the seqs and the step rules are checked at every
+// entry; the invariants, which read the whole state, after the command, and
+// when they fail (or another failure was found meanwhile) the command's
+// entries are folded again from the state before it, checking the
+// invariants after each, so the failure names the entry after which they
+// first failed — what replay --check reports — at the cost of one check per
+// command rather than one per entry.
+func (f *Fold) folding(run func() (string, error)) (string, error) {
+	v := f.cur
+	f.base, f.block = nil, f.block[:0]
+	if v.first == nil {
+		f.base = f.State.Clone()
+	}
+	out, err := run()
+	base := f.base
+	f.base = nil
+	if base == nil || err != nil {
+		return out, err
+	}
+	if v.first == nil && f.State.CheckInvariants() == nil {
+		return out, nil
+	}
+	for _, p := range f.block {
+		if v.first != nil && 2*p.n+1 > v.firstAt {
+			break
+		}
+		base.DecodeApply(p.seq, p.body)
+		if ierr := base.CheckInvariants(); ierr != nil {
+			seq := p.seq
+			if seq == 0 {
+				seq = base.Seq
+			}
+			v.first, v.firstAt = &CheckError{Seq: seq, Events: p.n, Err: ierr}, 2*p.n+1
+			break
+		}
+	}
+	return out, nil
 }
 
 // apply folds the entries of input, one a line ('#' lines and blank lines
@@ -457,12 +517,14 @@ func (f *Fold) flood(n int, body func(i int, seq uint64) []byte) (string, error)
 	if n <= 0 {
 		return "", errors.New("n must be positive")
 	}
-	sum := newSummary()
-	for i := range n {
-		seq := f.State.Seq + 1
-		sum.add(seq, f.fold(seq, body(i, seq)))
-	}
-	return sum.String(), nil
+	return f.folding(func() (string, error) {
+		sum := newSummary()
+		for i := range n {
+			seq := f.State.Seq + 1
+			sum.add(seq, f.fold(seq, body(i, seq)))
+		}
+		return sum.String(), nil
+	})
 }
 
 // summary counts outcomes over a range of seqs: "seq 1..9: applied=8 rejected=1".
