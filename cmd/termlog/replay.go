@@ -58,8 +58,8 @@ func newReplay(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Fold the event log (live stream or JSONL export): timeline, state at a seq, histories, rejections, checks, diffs",
-		Long: `replay reads the live stream (--nats, --cluster) or a JSONL export (--file) and
-folds it with the same projection every replica runs.
+		Long: `replay reads the live stream (--nats, --cluster) or a JSONL export (--file F,
+or --file - for stdin) and folds it with the same projection every replica runs.
 
 Default: the timeline, one line per event with the fold's outcome (filters:
 --worker --endpoint --store --shard --type --term --writer --from-seq --to-seq
@@ -84,7 +84,9 @@ after the last 10 events of its history by default). Or one of:
 The state at a seq and a diff of the live stream start from the newest usable
 snapshot at or below the seq they need and fold only the events after it
 (--no-snapshot folds from seq 1); the other modes need every event.
-Progress of long replays goes to stderr.`,
+Progress of long replays goes to stderr. "replay diff A B" compares two views
+(two exports, or a snapshot and an export) and names the first seq after
+which they differ.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
 	}

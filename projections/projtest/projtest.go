@@ -53,8 +53,12 @@
 //	check
 //	    the check of `termlog replay --check`, over every entry folded into
 //	    the view: the seqs run 1, 2, 3, ... (a gap, a swap or a duplicate
-//	    fails), the term and seq never go back, and the invariants hold after
-//	    every entry. It prints "ok" or the first failure in replay's words:
+//	    fails) and the term and seq never go back, at every entry; the
+//	    invariants hold after every command that folds, and when they do not
+//	    the command's entries are folded again to name the entry after which
+//	    they first failed (a break that heals within one command goes
+//	    unseen: replay --check checks after every entry). It prints "ok" or
+//	    the first failure in replay's words:
 //	    "check failed at seq 5, event 3: seq 5 leaves a gap: seqs 3..4 are missing"
 //	anomalies [tail=N]
 //	    the rejected, corrupt and writer-mismatch events kept; with tail, how
@@ -183,6 +187,21 @@
 // Had the fold applied the stale expiry, the test would fail naming seq 5,
 // with "5 applied: worker 1 epoch 2 removed" where the script expects the
 // rejection, and the workers command would print "none".
+//
+// The test that runs it, in any package (the file at testdata/late-expiry):
+//
+//	package incidents_test
+//
+//	import (
+//		"testing"
+//
+//		"github.com/termlog/termlog/projections/projtest"
+//	)
+//
+//	func TestLateExpiry(t *testing.T) { projtest.RunFile(t, "testdata/late-expiry") }
+//
+// and `go test -run TestLateExpiry -rewrite ./incidents/` writes the
+// outputs; without -rewrite it checks them.
 //
 // # Go API
 //

@@ -27,9 +27,9 @@ func TestDocExample(t *testing.T) {
 	if !ok {
 		t.Fatal("no example in the package doc")
 	}
-	body, _, ok := strings.Cut(after, "// # Go API")
+	body, _, ok := strings.Cut(after, "// Had the fold applied")
 	if !ok {
-		t.Fatal("the example does not end before # Go API")
+		t.Fatal("the example's script does not end before 'Had the fold applied'")
 	}
 	var script strings.Builder
 	started := false
