@@ -278,7 +278,9 @@ func (sw *scriptWriter) finish() error {
 // take the output. It runs the script with the kit's commands, so a bad
 // line is an error naming it, and nothing is written unless the whole
 // script reads. Commands the kit does not know (a test's own) are skipped,
-// and an output that differs from the script's, noted on diag.
+// and an output that differs from the script's, noted on diag; so are the
+// entries folded into a view other than main (replica blocks): the log is
+// the main view's.
 func FromScript(r io.Reader, w io.Writer, diag io.Writer) (Stats, error) {
 	if diag == nil {
 		diag = io.Discard
@@ -291,8 +293,13 @@ func FromScript(r io.Reader, w io.Writer, diag io.Writer) (Stats, error) {
 	var st Stats
 	var werr error
 	f := script.NewFold()
+	other := 0 // entries folded into views other than main
 	f.OnEntry = func(seq uint64, body []byte) {
 		if werr != nil {
+			return
+		}
+		if f.View() != script.MainView {
+			other++
 			return
 		}
 		ev, err := events.Decode(seq, body)
@@ -317,6 +324,10 @@ func FromScript(r io.Reader, w io.Writer, diag io.Writer) (Stats, error) {
 		}
 		if got != d.Output {
 			fmt.Fprintf(diag, "replay: line %d: %s: today's output differs from the script's\n", d.Line, d.Cmd)
+		}
+		if other > 0 {
+			fmt.Fprintf(diag, "replay: line %d: %s: %d entries folded into replica %s are not written (the log is the main view's)\n", d.Line, d.Cmd, other, f.View())
+			other = 0
 		}
 	}
 	if _, err := w.Write(out.Bytes()); err != nil {

@@ -435,3 +435,31 @@ func TestScriptTitlesRejectedTerm(t *testing.T) {
 		t.Errorf("script lacks %q:\n%s", want, s)
 	}
 }
+
+// from-script writes the main view's log: a replica's entries are noted,
+// not written.
+func TestFromScriptViews(t *testing.T) {
+	s := `apply
+1 meta-1 term.started {"term":1,"leader":"meta-1","lease":5}
+----
+1 applied: term 1 leader meta-1 lease 5
+
+replica b
+----
+replica b opened at seq 0
+
+apply
+1 meta-1 term.started {"term":1,"leader":"meta-1","lease":5}
+1 meta-1 store.registered {"store":"s1","incarnation":"i1","raft_addr":"a:1"}
+----
+1 applied: term 1 leader meta-1 lease 5
+2 applied: store s1 at a:1
+`
+	jsonl, diag := fromScript(t, s)
+	if strings.Count(jsonl, "\n") != 1 || !strings.Contains(jsonl, `"type":"term.started"`) {
+		t.Errorf("want the main view's one entry, got:\n%s", jsonl)
+	}
+	if !strings.Contains(diag, "line 10: apply: 2 entries folded into replica b are not written") {
+		t.Errorf("diag: %q", diag)
+	}
+}

@@ -85,11 +85,13 @@ func (f *Fold) View() string {
 
 // sync adopts a State its user replaced.
 func (f *Fold) sync() {
-	if f.cur == nil { // a Fold{} built by hand
-		*f = *NewFold()
-	}
 	if f.State == nil {
 		f.State = projections.New()
+	}
+	if f.cur == nil { // a Fold{State: s} built by hand: s is its main view
+		v := &view{name: MainView, state: f.State}
+		v.chk.Restart(f.State.Seq + 1)
+		f.cur, f.views, f.snaps = v, map[string]*view{MainView: v}, map[string][]byte{}
 	}
 	if f.State != f.cur.state {
 		f.cur.state = f.State
