@@ -3,6 +3,7 @@ package script
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/termlog/termlog/projections"
@@ -74,6 +75,17 @@ func (c *Checker) Count() uint64 { return c.n }
 func (c *Checker) Restart(next uint64) {
 	*c = Checker{}
 	c.seqs.next = next
+}
+
+// clone returns a checker that goes on from where c is, sharing nothing.
+func (c *Checker) clone() Checker {
+	d := *c
+	d.seqs.lines = slices.Clone(c.seqs.lines)
+	if j := c.seqs.jump; j != nil {
+		jc := *j
+		d.seqs.jump = &jc
+	}
+	return d
 }
 
 func (c *Checker) seqError(se *SeqError) error {

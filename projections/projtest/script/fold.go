@@ -28,8 +28,8 @@ func (a Arg) String() string {
 }
 
 // Fold runs the commands of a script against its views: the main view, and
-// the replicas a "replica <name>" command opens. The zero value is not
-// usable: use NewFold.
+// the replicas a "replica <name>" command opens. Use NewFold; a Fold built
+// by hand folds into its State as the main view.
 type Fold struct {
 	// State is the state of the current view: the commands read and fold
 	// into it (the main view's until a replica command).
@@ -342,8 +342,8 @@ func (f *Fold) replica(args []Arg) (string, error) {
 			return "", fmt.Errorf("replica %s from=%s: no view %s (views: %s)", name, from, from, strings.Join(slices.Sorted(maps.Keys(f.views)), ", "))
 		}
 		v.state = src.state.Clone()
-		v.chk = src.chk
-		v.first = src.first
+		v.chk = src.chk.clone()
+		v.first, v.firstAt = src.first, src.firstAt
 	}
 	f.views[name] = v
 	f.cur, f.State = v, v.state
