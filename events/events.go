@@ -3,6 +3,81 @@
 // interface with an in-memory implementation.
 //
 // It imports only the standard library so that projections stay free of NATS.
+//
+// # Envelope
+//
+// Every event is one JSON object (one JetStream message; one JSONL line with
+// "seq" added):
+//
+//	{"v":1,"term":7,"writer":"meta-2","at":"2026-11-30T03:00:00.123Z","type":"worker.registered","data":{...}}
+//
+//	v       the envelope version (Version); another is corrupt
+//	term    the leader term it was decided in: lower than the current term is
+//	        rejected (stale-term), higher without a term.started too (future-term)
+//	writer  the replica that appended it: the term's leader (another writer is
+//	        the writer-mismatch anomaly: reported, applied all the same)
+//	at      when the writer appended it (RFC 3339)
+//	type    one of the kinds below; an unknown type is corrupt
+//	data    the kind's fields, below (unknown fields are ignored by the fold
+//	        and refused in projection scripts)
+//
+// # Event kinds and their fields
+//
+// The data fields of each kind, by their JSON names (the Go type of the kind
+// holds the same, with the rule the fold applies):
+//
+//	term.started (TermStarted)
+//	    term         the term it opens: the envelope's term, above the current one
+//	    leader       the replica that leads it, which writes every event of the term
+//	    lease        the revision of the lease it holds, the fencing token: once a
+//	                 term was started under a lease, a term.started whose lease is not
+//	                 newer is a deposed holder's, rejected as stale-lease (0: a log
+//	                 from before leases; then every later term needs a lease too)
+//	worker.registered (WorkerRegistered)
+//	    id           the new worker's id: must be the projection's next_worker_id
+//	    epoch        left 0 by writers: the fold sets it to the event's seq
+//	    incarnation  the worker process's identity (a restart is a new one)
+//	    endpoint     host:port; an active worker there is removed in the same step
+//	    kind         the worker's kind ("compute", ...)
+//	    parallelism  its slots
+//	worker.activated (WorkerActivated)
+//	    id, epoch    the worker (id and the seq of its registration) now running
+//	worker.expired (WorkerExpired)
+//	    id, epoch    the worker removed: exactly that id and epoch, else a no-op
+//	worker.deregistered (WorkerDeregistered)
+//	    id, epoch    as worker.expired, asked for by the worker itself
+//	store.registered (StoreRegistered)
+//	    store        the store's id
+//	    incarnation  the store process's identity
+//	    raft_addr    its Raft address, unique among live stores
+//	store.state (StoreState)
+//	    store        the store's id
+//	    state        up, down, draining or tombstone
+//	    until        the end of a drain (RFC 3339; absent otherwise)
+//	shard.created (ShardCreated)
+//	    shard        the shard's id
+//	    replicas     its initial members, {replica id: store}
+//	shard.replica.adding, .added, .removing, .removed (ShardReplicaAdding, ...: ReplicaChange)
+//	    shard        the shard
+//	    replica      the replica id added or removed
+//	    store        the store it is (to be) on
+//	    ccid         the config change id the change was proposed at
+//	    op           the operator whose step it is (absent: none)
+//	shard.observed (ShardObserved)
+//	    shard        the shard
+//	    ccid         Raft's config change id: applied only when newer than the projected one
+//	    replicas     Raft's membership, {replica id: store}
+//	    leader       Raft's leader replica (0: none)
+//	operator.started, .finished, .failed (OperatorStarted, ...: Operator)
+//	    op           the operator's id
+//	    shard        its shard
+//	    steps        its plan for people ("remove 3", "add on s4")
+//	    reason       why it failed (or why it started)
+//	    remove       the replica it removes first (0: none)
+//	    add          the store it adds a new replica on ("": none)
+//	shard.blocked (ShardBlocked)
+//	    shard        the shard
+//	    reason       why the scheduler can change nothing on it ("": no longer blocked)
 package events
 
 import (

@@ -44,16 +44,27 @@ type Result struct {
 	Outcome Outcome
 	Kind    string // anomaly kind for Rejected and Corrupt
 	Reason  string
+	// Warning is an anomaly recorded for an event the fold applied (or
+	// found a no-op) all the same: "writer-mismatch: ..." ("" when none).
+	Warning string
 }
 
+// String is the outcome line: "applied: worker 1 running", "rejected
+// stale-term: term 1 < current term 7", "corrupt: seq 9: malformed event:
+// ..." (the kind is left out when it only repeats the outcome), and a
+// warning after "; warning ".
 func (r Result) String() string {
-	if r.Reason == "" {
-		return r.Outcome.String()
+	s := r.Outcome.String()
+	if r.Kind != "" && r.Kind != s {
+		s += " " + r.Kind
 	}
-	if r.Kind != "" {
-		return fmt.Sprintf("%s %s: %s", r.Outcome, r.Kind, r.Reason)
+	if r.Reason != "" {
+		s += ": " + r.Reason
 	}
-	return fmt.Sprintf("%s: %s", r.Outcome, r.Reason)
+	if r.Warning != "" {
+		s += "; warning " + r.Warning
+	}
+	return s
 }
 
 func applied(format string, a ...any) Result {
@@ -147,8 +158,10 @@ func (s *State) Apply(ev events.Event) Result {
 	case Applied:
 		s.Counters.Applied++
 		s.At = ev.At.UTC()
+		s.checkWriter(ev, &r)
 	case NoOp:
 		s.Counters.NoOps++
+		s.checkWriter(ev, &r)
 	case Rejected:
 		s.Counters.Rejected++
 		if r.Kind == AnomalyStaleTerm {
@@ -157,6 +170,22 @@ func (s *State) Apply(ev events.Event) Result {
 		s.addAnomaly(Anomaly{Seq: ev.Seq, Term: ev.Term, Writer: ev.Writer, Type: ev.Type(), Kind: r.Kind, Reason: r.Reason})
 	}
 	return r
+}
+
+// checkWriter records a writer-mismatch anomaly for an event of the
+// current term that its leader did not write: only the replica that
+// started a term appends in it, so another writer is a fencing hole (a
+// write that bypassed the CAS, a forged or hand-edited log). The event is
+// not rejected — the term rule is the fence on read, and rejecting here
+// would change what every existing log folds to — but it is reported, so a
+// replay or a test sees it.
+func (s *State) checkWriter(ev events.Event, r *Result) {
+	if _, ok := ev.Data.(events.TermStarted); ok || s.Leader == "" || ev.Writer == s.Leader || ev.Term != s.Term {
+		return
+	}
+	why := fmt.Sprintf("writer %s did not start term %d (its leader is %s)", orDash(ev.Writer), ev.Term, s.Leader)
+	r.Warning = AnomalyWriterMismatch + ": " + why
+	s.addAnomaly(Anomaly{Seq: ev.Seq, Term: ev.Term, Writer: ev.Writer, Type: ev.Type(), Kind: AnomalyWriterMismatch, Reason: why})
 }
 
 func (s *State) apply(ev events.Event) Result {

@@ -35,6 +35,14 @@ const (
 
 // CheckInvariants returns nil or an error joining every Violation found.
 func (s *State) CheckInvariants() error {
+	if s.invariantsHold() {
+		return nil
+	}
+	return s.violations()
+}
+
+// violations names every broken invariant, in a stable order.
+func (s *State) violations() error {
 	var vs []error
 	bad := func(rule, format string, a ...any) {
 		vs = append(vs, Violation{Seq: s.Seq, Rule: rule, What: fmt.Sprintf(format, a...)})
@@ -99,7 +107,7 @@ func (s *State) CheckInvariants() error {
 			bad(RuleLeaderIsMember, "shard %d leader %d is not a member", id, sh.Leader)
 		}
 		if sh.Operator != "" {
-			if op, ok := s.Operators[sh.Operator]; !ok || op.Shard != id {
+			if op, ok := s.Operators[sh.Operator]; !ok || op == nil || op.Shard != id {
 				bad(RuleOperatorsOnShards, "shard %d names operator %s which is not running on it", id, sh.Operator)
 			}
 		}
@@ -128,4 +136,79 @@ func CheckStep(before Provenance, after *State) error {
 		vs = append(vs, Violation{Seq: after.Seq, Rule: RuleSeqMonotonic, What: fmt.Sprintf("seq went from %d to %d", before.Seq, after.Seq)})
 	}
 	return errors.Join(vs...)
+}
+
+// invariantsHold is CheckInvariants' fast path, for checks after every
+// event (replay --check, scripts): the same rules without sorting or
+// allocating; when it says no, CheckInvariants names the violations in a
+// stable order.
+func (s *State) invariantsHold() bool {
+	for id, w := range s.Workers {
+		if w == nil || w.ID != id || id >= s.NextWorkerID || w.Term > s.Term {
+			return false
+		}
+		if got, ok := s.Endpoints[w.Endpoint]; !ok || got != id {
+			return false
+		}
+	}
+	for ep, id := range s.Endpoints {
+		if w, ok := s.Workers[id]; !ok || w == nil || w.Endpoint != ep {
+			return false
+		}
+	}
+	live := func(st *Store) bool { return st != nil && st.State != events.StoreTombstone }
+	if n := len(s.Stores); n > 32 {
+		addrs := make(map[string]bool, n)
+		for _, st := range s.Stores {
+			if live(st) {
+				if addrs[st.RaftAddr] {
+					return false
+				}
+				addrs[st.RaftAddr] = true
+			}
+		}
+	} else if n > 1 {
+		for id, st := range s.Stores {
+			for id2, st2 := range s.Stores {
+				if id2 != id && live(st) && live(st2) && st.RaftAddr == st2.RaftAddr {
+					return false
+				}
+			}
+		}
+	}
+	for id, sh := range s.Shards {
+		if sh == nil {
+			return false
+		}
+		for r, st := range sh.Members {
+			if !s.registeredStore(st) {
+				return false
+			}
+			if _, ok := sh.Removed[r]; ok {
+				return false
+			}
+			for r2, st2 := range sh.Members {
+				if r2 != r && st2 == st {
+					return false
+				}
+			}
+		}
+		if sh.Leader != 0 && !sh.IsMember(sh.Leader) {
+			return false
+		}
+		if sh.Operator != "" {
+			if op, ok := s.Operators[sh.Operator]; !ok || op == nil || op.Shard != id {
+				return false
+			}
+		}
+	}
+	for id, op := range s.Operators {
+		if op == nil {
+			return false
+		}
+		if sh, ok := s.Shards[op.Shard]; !ok || sh == nil || sh.Operator != id {
+			return false
+		}
+	}
+	return true
 }

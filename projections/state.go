@@ -109,9 +109,14 @@ const (
 	AnomalyStaleLease = "stale-lease" // term.started with a lease not newer than the current term's
 	AnomalyInvalid    = "invalid"     // breaks a projection rule
 	AnomalyCorrupt    = "corrupt"     // could not be decoded
+	// AnomalyWriterMismatch is an event of the current term whose writer
+	// is not the term's leader. It is reported, not rejected: the event is
+	// applied (or a no-op) as it would be from the leader.
+	AnomalyWriterMismatch = "writer-mismatch"
 )
 
-// Anomaly is one rejected or corrupt event.
+// Anomaly is one rejected or corrupt event, or one applied despite a
+// writer-mismatch.
 type Anomaly struct {
 	Seq    uint64 `json:"seq"`
 	Term   uint64 `json:"term"`

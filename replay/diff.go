@@ -2,9 +2,11 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/termlog/termlog/projections"
@@ -236,8 +238,69 @@ func renderEntities[T any](b *strings.Builder, kind string, e Entities[T], line 
 	for _, c := range e.Changed {
 		parts := make([]string, 0, len(c.Fields))
 		for _, f := range c.Fields {
-			parts = append(parts, fmt.Sprintf("%s %s -> %s", f.Field, f.From, f.To))
+			parts = append(parts, fmt.Sprintf("%s %s -> %s", f.Field, textValue(f.From), textValue(f.To)))
 		}
 		fmt.Fprintf(b, "~ %s %s: %s\n", kind, c.ID, strings.Join(parts, ", "))
 	}
+}
+
+// textValue renders a field's JSON value in the style of the state's lines
+// (replica sets as {1:log-0 2:log-1}, words bare, "-" for none), so a diff
+// reads like the states it compares; --json keeps the JSON.
+func textValue(raw json.RawMessage) string {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if d.Decode(&v) != nil {
+		return string(raw)
+	}
+	return text(v)
+}
+
+func text(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		switch {
+		case x == "":
+			return "-"
+		case strings.ContainsAny(x, " \t\n\"{}:,"):
+			return strconv.Quote(x)
+		}
+		return x
+	case json.Number:
+		return x.String()
+	case bool:
+		return strconv.FormatBool(x)
+	case []any:
+		if len(x) == 0 {
+			return "-"
+		}
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = text(e)
+		}
+		return strings.Join(parts, ",")
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		// Replica ids sort as numbers, other keys as words.
+		slices.SortFunc(keys, func(a, b string) int {
+			na, ea := strconv.ParseUint(a, 10, 64)
+			nb, eb := strconv.ParseUint(b, 10, 64)
+			if ea == nil && eb == nil {
+				return cmp.Compare(na, nb)
+			}
+			return strings.Compare(a, b)
+		})
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + ":" + text(x[k])
+		}
+		return "{" + strings.Join(parts, " ") + "}"
+	}
+	return fmt.Sprint(v)
 }

@@ -33,8 +33,11 @@ func formatStep(st Step) string {
 	}
 	line := fmt.Sprintf(lineFormat,
 		seq, at, st.Event.Term, orDash(st.Event.Writer), orDash(st.Type()), outcome(st.Result), summary(st.Item))
-	if st.Result.Reason != "" {
-		line += "  # " + st.Result.Reason
+	if why := st.Result.Reason; why != "" || st.Result.Warning != "" {
+		if st.Result.Warning != "" {
+			why = strings.TrimPrefix(why+"; warning "+st.Result.Warning, "; ")
+		}
+		line += "  # " + why
 	}
 	return strings.TrimRight(line, " ")
 }
@@ -166,6 +169,7 @@ type stepJSON struct {
 	Outcome   string         `json:"outcome"`
 	Kind      string         `json:"kind,omitempty"`
 	Reason    string         `json:"reason,omitempty"`
+	Warning   string         `json:"warning,omitempty"`
 	Data      events.Payload `json:"data,omitempty"`
 	Raw       *string        `json:"raw,omitempty"`
 	RawBase64 string         `json:"raw_base64,omitempty"`
@@ -183,6 +187,7 @@ func toJSON(st Step) stepJSON {
 	j := stepJSON{
 		Seq: st.Seq, Line: st.Line, At: st.Event.At, Term: st.Event.Term, Writer: st.Event.Writer, Type: st.Type(),
 		Outcome: st.Result.Outcome.String(), Kind: st.Result.Kind, Reason: st.Result.Reason,
+		Warning: st.Result.Warning,
 	}
 	if st.Err == nil {
 		j.Data = st.Event.Data

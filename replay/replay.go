@@ -12,6 +12,7 @@ import (
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/projections/projtest/script"
 )
 
 // Mode is what Run prints.
@@ -100,6 +101,10 @@ type Filter struct {
 	// Type is an exact type ("worker.expired"), a prefix ending in a dot
 	// ("worker.", "shard.replica.") or a family ("worker" is "worker.").
 	Type string
+	// Term selects the events stamped with this term (0: any).
+	Term uint64
+	// Writer selects the events this replica wrote ("": any).
+	Writer string
 	// FromSeq and ToSeq bound the seqs printed (0: unbounded).
 	FromSeq, ToSeq uint64
 	// FromTime and ToTime bound the event times printed (zero: unbounded).
@@ -119,6 +124,9 @@ func (f Filter) Match(st Step) bool {
 		return false
 	}
 	if f.Type != "" && !MatchType(f.Type, st.Type()) {
+		return false
+	}
+	if f.Term != 0 && st.Event.Term != f.Term || f.Writer != "" && st.Event.Writer != f.Writer {
 		return false
 	}
 	t := st.Touch
@@ -190,124 +198,21 @@ func (o Options) validate() error {
 	return nil
 }
 
-// CheckError is the first invariant or step violation ModeCheck found.
-type CheckError struct {
-	Seq    uint64 // the event after which it was found
-	Line   int    // its JSONL line, 0 for the live stream
-	Events uint64 // events folded, that one included
-	Err    error  // joins projections.Violation errors
-}
-
-func (e *CheckError) Error() string {
-	where := fmt.Sprintf("seq %d", e.Seq)
-	if e.Line > 0 {
-		where += fmt.Sprintf(" (line %d)", e.Line)
-	}
-	when := "after"
-	var se *SeqError
-	if errors.As(e.Err, &se) {
-		when = "at"
-	}
-	return fmt.Sprintf("check failed %s %s, event %d: %s", when, where, e.Events, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
-}
+// CheckError is the first invariant or step violation ModeCheck found: the
+// one checker, script.Checker, which a projection script's check command
+// runs too.
+type CheckError = script.CheckError
 
 // Sequence problems ModeCheck reports (SeqError.Kind).
 const (
-	SeqGap        = "gap"
-	SeqOutOfOrder = "out-of-order"
-	SeqDuplicate  = "duplicate"
+	SeqGap        = script.SeqGap
+	SeqOutOfOrder = script.SeqOutOfOrder
+	SeqDuplicate  = script.SeqDuplicate
 )
 
 // SeqError is a log whose seqs do not run 1, 2, 3, ...: a seq missing, two
 // lines swapped, or a seq twice. It names the first offending entry.
-type SeqError struct {
-	Kind string
-	Seq  uint64 // the offending entry's seq
-	Line int    // and its line (0 for the live stream)
-	// Want is the seq expected in its place.
-	Want uint64
-	// Other is, for out-of-order, the missing seq that came later, and for
-	// a duplicate the seq itself; OtherLine is where it is (the later line,
-	// or the first line that held the seq).
-	Other     uint64
-	OtherLine int
-
-	n uint64 // the entry's place in the log (1 for the first)
-}
-
-func (e *SeqError) Error() string {
-	at := func(line int) string {
-		if line > 0 {
-			return fmt.Sprintf(" (line %d)", line)
-		}
-		return ""
-	}
-	switch e.Kind {
-	case SeqOutOfOrder:
-		return fmt.Sprintf("seq %d is out of order: seq %d comes after it%s", e.Seq, e.Other, at(e.OtherLine))
-	case SeqDuplicate:
-		held := "an earlier entry holds it"
-		if e.OtherLine > 0 {
-			held = fmt.Sprintf("line %d holds it", e.OtherLine)
-		}
-		return fmt.Sprintf("seq %d is a duplicate: %s; seq %d was expected", e.Seq, held, e.Want)
-	}
-	if e.Seq-e.Want == 1 {
-		return fmt.Sprintf("seq %d leaves a gap: seq %d is missing", e.Seq, e.Want)
-	}
-	return fmt.Sprintf("seq %d leaves a gap: seqs %d..%d are missing", e.Seq, e.Want, e.Seq-1)
-}
-
-// seqCheck follows the seqs of a checked log. A jump past the next seq is
-// a gap or the first of two swapped lines: the entry after it tells.
-type seqCheck struct {
-	next  uint64 // the seq expected next
-	lines []int  // lines[i] is the line of seq i+1 (JSONL)
-	jump  *SeqError
-}
-
-// see checks it, the n-th entry.
-func (c *seqCheck) see(it Item, n uint64) error {
-	if c.next == 0 {
-		c.next = 1
-	}
-	seq := it.Seq
-	if seq == 0 { // a damaged line folded as corrupt (skip-corrupt): it holds the next seq
-		seq = c.next
-	}
-	if j := c.jump; j != nil {
-		c.jump = nil
-		if seq >= j.Want && seq < j.Seq {
-			j.Kind, j.Other, j.OtherLine = SeqOutOfOrder, seq, it.Line
-		}
-		return j
-	}
-	switch {
-	case seq > c.next:
-		c.jump = &SeqError{Kind: SeqGap, Seq: seq, Line: it.Line, Want: c.next, n: n}
-	case seq < c.next:
-		e := &SeqError{Kind: SeqDuplicate, Seq: seq, Line: it.Line, Want: c.next, Other: seq, n: n}
-		if seq > 0 && int(seq) <= len(c.lines) {
-			e.OtherLine = c.lines[seq-1]
-		}
-		return e
-	}
-	if it.Line > 0 && seq == c.next {
-		c.lines = append(c.lines, it.Line)
-	}
-	c.next = max(c.next, seq+1)
-	return nil
-}
-
-// end reports a jump that nothing after it explained.
-func (c *seqCheck) end() error {
-	if c.jump != nil {
-		return c.jump
-	}
-	return nil
-}
-
-func (e *CheckError) Unwrap() error { return e.Err }
+type SeqError = script.SeqError
 
 // errStop ends a read early once the bounds are passed.
 var errStop = errors.New("replay: bound reached")
@@ -424,7 +329,7 @@ type runner struct {
 	// ModeDiff
 	from *projections.State
 	// ModeCheck
-	seqs seqCheck
+	chk script.Checker
 	// snap is the snapshot the fold started from, if any.
 	snap *events.SnapshotInfo
 }
@@ -493,8 +398,8 @@ func (r *runner) item(it Item) error {
 		r.from = r.f.State().Clone()
 	}
 	if r.o.Mode == ModeCheck {
-		if err := r.seqs.see(it, r.f.Count()+1); err != nil {
-			return r.seqError(err)
+		if err := r.chk.Before(it.Seq, it.Line); err != nil {
+			return r.checkFailed(err)
 		}
 	}
 	existed := r.o.Mode == ModeHistory && r.exists()
@@ -593,8 +498,8 @@ func (r *runner) finish() error {
 	case ModeRejected:
 		r.finishRejected()
 	case ModeCheck:
-		if err := r.seqs.end(); err != nil {
-			return r.seqError(err)
+		if err := r.chk.End(); err != nil {
+			return r.checkFailed(err)
 		}
 		if r.o.JSON {
 			r.printJSON(checkJSON{OK: true, Events: r.f.Count(), Seq: s.Seq, Hash: s.Hash()})
@@ -638,34 +543,23 @@ func (r *runner) printState(s *projections.State) {
 
 // check verifies the invariants after st and the step rules across it.
 func (r *runner) check(st Step) error {
-	s := r.f.State()
-	err := errors.Join(projections.CheckStep(st.Before, s), s.CheckInvariants())
-	if err == nil {
-		return nil
+	if err := r.chk.After(st.Seq, st.Line, st.Before, r.f.State()); err != nil {
+		return r.checkFailed(err)
 	}
-	ce := &CheckError{Seq: s.Seq, Line: st.Line, Events: r.f.Count(), Err: err}
-	if st.Seq != 0 {
-		ce.Seq = st.Seq
-	}
-	if r.o.JSON {
+	return nil
+}
+
+// checkFailed prints a failed check (with --json) and returns it.
+func (r *runner) checkFailed(err error) error {
+	var ce *CheckError
+	if r.o.JSON && errors.As(err, &ce) {
 		var list []string
-		for _, e := range unjoin(err) {
+		for _, e := range unjoin(ce.Err) {
 			list = append(list, e.Error())
 		}
 		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: list})
 	}
-	return ce
-}
-
-// seqError reports a sequence problem as a failed check.
-func (r *runner) seqError(err error) error {
-	var se *SeqError
-	errors.As(err, &se)
-	ce := &CheckError{Seq: se.Seq, Line: se.Line, Events: se.n, Err: se}
-	if r.o.JSON {
-		r.printJSON(checkJSON{OK: false, Events: ce.Events, Seq: ce.Seq, Line: ce.Line, Violations: []string{se.Error()}})
-	}
-	return ce
+	return err
 }
 
 type checkJSON struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/projections/projtest/script"
 )
 
@@ -143,9 +144,20 @@ func (sw *scriptWriter) item(it Item) error {
 	if it.Err != nil {
 		line = script.FormatRaw(it.Seq, sw.last, it.Body)
 	} else {
+		// The line keeps the stored bytes of the event; one that would not
+		// read back (a field this build does not know) is re-encoded.
 		var err error
-		if line, err = script.FormatEvent(it.Event, sw.last); err != nil {
-			return fmt.Errorf("seq %d: %w", it.Seq, err)
+		at, data, ok := it.original()
+		if ok {
+			line, err = script.FormatOriginal(it.Event, sw.last, at, data)
+		}
+		if !ok || err != nil {
+			if ok {
+				fmt.Fprintf(sw.o.Diag, "replay: seq %d: written as this build encodes it: %v\n", it.Seq, err)
+			}
+			if line, err = script.FormatEvent(it.Event, sw.last); err != nil {
+				return fmt.Errorf("seq %d: %w", it.Seq, err)
+			}
 		}
 	}
 	step := sw.touch.Fold(it)
@@ -159,6 +171,10 @@ func (sw *scriptWriter) item(it Item) error {
 		switch {
 		case quiet:
 			sw.blockNote = "not selected by the filter: folded for the state they leave"
+		case isTerm && it.Err == nil && step.Result.Outcome != projections.Applied:
+			// The fold refused it: say so, and which term stayed.
+			now := sw.touch.State()
+			sw.blockNote = fmt.Sprintf("term %d, leader %s: %s; term %d, leader %s stays", ts.Term, orDash(ts.Leader), step.Result, now.Term, orDash(now.Leader))
 		case isTerm && it.Err == nil:
 			sw.blockNote = fmt.Sprintf("term %d, leader %s", ts.Term, ts.Leader)
 		default:
@@ -252,7 +268,7 @@ func (sw *scriptWriter) finish() error {
 		return errors.New("to-script: no event to write")
 	}
 	sw.emit(script.Directive{Comments: []string{fmt.Sprintf("the state at the end (seq %d)", sw.fold.State.Seq)}, Cmd: "state"})
-	sw.emit(script.Directive{Comments: []string{"the invariants hold"}, Cmd: "check"})
+	sw.emit(script.Directive{Comments: []string{"the check of replay --check: seqs 1, 2, 3..., the invariants after every event"}, Cmd: "check"})
 	return sw.werr
 }
 
@@ -262,7 +278,9 @@ func (sw *scriptWriter) finish() error {
 // take the output. It runs the script with the kit's commands, so a bad
 // line is an error naming it, and nothing is written unless the whole
 // script reads. Commands the kit does not know (a test's own) are skipped,
-// and an output that differs from the script's, noted on diag.
+// and an output that differs from the script's, noted on diag; so are the
+// entries folded into a view other than main (replica blocks): the log is
+// the main view's.
 func FromScript(r io.Reader, w io.Writer, diag io.Writer) (Stats, error) {
 	if diag == nil {
 		diag = io.Discard
@@ -275,8 +293,13 @@ func FromScript(r io.Reader, w io.Writer, diag io.Writer) (Stats, error) {
 	var st Stats
 	var werr error
 	f := script.NewFold()
+	other := 0 // entries folded into views other than main
 	f.OnEntry = func(seq uint64, body []byte) {
 		if werr != nil {
+			return
+		}
+		if f.View() != script.MainView {
+			other++
 			return
 		}
 		ev, err := events.Decode(seq, body)
@@ -301,6 +324,10 @@ func FromScript(r io.Reader, w io.Writer, diag io.Writer) (Stats, error) {
 		}
 		if got != d.Output {
 			fmt.Fprintf(diag, "replay: line %d: %s: today's output differs from the script's\n", d.Line, d.Cmd)
+		}
+		if other > 0 {
+			fmt.Fprintf(diag, "replay: line %d: %s: %d entries folded into replica %s are not written (the log is the main view's)\n", d.Line, d.Cmd, other, f.View())
+			other = 0
 		}
 	}
 	if _, err := w.Write(out.Bytes()); err != nil {

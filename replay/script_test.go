@@ -3,6 +3,7 @@ package replay_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -218,7 +219,7 @@ func TestScriptHelper(t *testing.T) {
 // A change that alters an outcome fails the converted script with a diff
 // naming the seq: here the stale expiry of the handoff is rewritten as if it
 // had been stamped with the new term — what a rule that stopped rejecting it
-// would fold.
+// would fold (and, since meta-1 did not start term 7, a writer-mismatch).
 func TestScriptChangedOutcome(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the test binary")
@@ -270,7 +271,7 @@ func TestScriptChangedOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "\n5 applied: worker 1 epoch 2 removed\n") {
+	if !strings.Contains(string(b), "\n5 applied: worker 1 epoch 2 removed; warning writer-mismatch: writer meta-1 did not start term 7 (its leader is meta-2)\n") {
 		t.Errorf("-rewrite did not write the new outcome:\n%s", b)
 	}
 	if out, err := run(string(b)); err != nil {
@@ -320,5 +321,145 @@ func TestFromScriptBadLine(t *testing.T) {
 	_, err := replay.FromScript(strings.NewReader("apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\n----\n1 applied: term 1 leader meta-1\n\napply\none meta-1 worker.expired {}\n----\n"), &out, nil)
 	if err == nil || !strings.Contains(err.Error(), "line 6: apply: input line 1") || out.Len() != 0 {
 		t.Fatalf("got %v with output %q", err, out.String())
+	}
+}
+
+// A script's check reports a log's seq problems in the words of replay
+// --check (one checker): the same failure, without the file's lines.
+func TestScriptCheckIsReplayCheck(t *testing.T) {
+	for _, name := range []string{"gap", "order", "dup", "swapped", "handoff"} {
+		t.Run(name, func(t *testing.T) {
+			jsonl, err := os.ReadFile(filepath.Join("testdata", "logs", name+".jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "ok\n"
+			err = replay.Run(context.Background(), replay.JSONL(bytes.NewReader(jsonl)), replay.Options{Mode: replay.ModeCheck}, io.Discard)
+			var ce *replay.CheckError
+			if errors.As(err, &ce) {
+				c := *ce
+				c.Line = 0
+				if se, ok := c.Err.(*replay.SeqError); ok {
+					s := *se
+					s.Line, s.OtherLine = 0, 0
+					c.Err = &s
+				}
+				want = c.Error() + "\n"
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if name != "handoff" && want == "ok\n" {
+				t.Fatalf("replay --check passes %s", name)
+			}
+			ds, err := script.Parse(strings.NewReader(toScript(t, jsonl, replay.ScriptOptions{})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := script.NewFold()
+			got := ""
+			for _, d := range ds {
+				if got, err = f.Run(d.Cmd, d.Args, d.Input); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if ds[len(ds)-1].Cmd != "check" || got != want {
+				t.Errorf("the script's check says %q, replay --check %q", got, want)
+			}
+		})
+	}
+}
+
+// A mistake in a script names its line and the known words.
+func TestFromScriptUnknownWords(t *testing.T) {
+	for s, want := range map[string]string{
+		"apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\n----\n1 applied: term 1 leader meta-1\n\nstate breif\n----\n": `line 6: state: unknown argument "breif": state takes brief`,
+		"# a comment\napply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\",\"colour\":\"red\"}\n----\n":                       `line 2: apply: input line 1: term.started has no field "colour" (its fields: term, leader, lease`,
+	} {
+		_, err := replay.FromScript(strings.NewReader(s), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}
+
+// A script keeps the events' stored bytes: the data as written (no
+// "epoch":0 added, none taken away) and the time with its offset and
+// precision; it folds to the hash of the log itself.
+func TestScriptKeepsOriginalBytes(t *testing.T) {
+	const log = `{"seq":1,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T04:00:01.500+01:00","type":"term.started","data":{"term":1,"leader":"meta-1","lease":5}}
+{"seq":2,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T03:00:02Z","type":"worker.registered","data":{"id":1,"incarnation":"cn-a","endpoint":"10.0.0.5:5688","kind":"compute","parallelism":4}}
+{"seq":3,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T03:00:03.000Z","type":"worker.registered","data":{"epoch":0,"endpoint":"10.0.0.6:5688","id":2}}
+`
+	s := toScript(t, []byte(log), replay.ScriptOptions{})
+	for _, want := range []string{
+		"\nat=2026-11-30T04:00:01.500+01:00 1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\",\"lease\":5}\n",
+		"\n1 meta-1 worker.registered {\"id\":1,\"incarnation\":\"cn-a\",\"endpoint\":\"10.0.0.5:5688\",\"kind\":\"compute\",\"parallelism\":4}\n",
+		"\nat=2026-11-30T03:00:03.000Z 1 meta-1 worker.registered {\"epoch\":0,\"endpoint\":\"10.0.0.6:5688\",\"id\":2}\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("script lacks %q:\n%s", want, s)
+		}
+	}
+	projtest.RunFile(t, writeScript(t, s))
+	var st bytes.Buffer
+	if err := replay.Run(context.Background(), replay.JSONL(strings.NewReader(log)), replay.Options{Mode: replay.ModeCheck}, &st); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := script.Parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := script.NewFold()
+	for _, d := range ds {
+		if _, err := f.Run(d.Cmd, d.Args, d.Input); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(st.String(), f.State.Hash()) {
+		t.Errorf("the script folds to hash %s, the log: %s", f.State.Hash(), st.String())
+	}
+}
+
+// A term.started the fold rejected is titled as rejected, naming the term
+// that stayed.
+func TestScriptTitlesRejectedTerm(t *testing.T) {
+	const log = `{"seq":1,"v":1,"term":1,"writer":"meta-1","at":"2026-11-30T03:00:01Z","type":"term.started","data":{"term":1,"leader":"meta-1","lease":5}}
+{"seq":2,"v":1,"term":8,"writer":"meta-z","at":"2026-11-30T03:00:02Z","type":"term.started","data":{"term":8,"leader":"meta-z","lease":3}}
+`
+	s := toScript(t, []byte(log), replay.ScriptOptions{})
+	if !strings.Contains(s, "\n# term 1, leader meta-1\napply\n") {
+		t.Errorf("the applied term's title:\n%s", s)
+	}
+	want := "\n# term 8, leader meta-z: rejected stale-lease: term 8 lease 3 <= current term 1's lease 5; term 1, leader meta-1 stays\napply\n"
+	if !strings.Contains(s, want) {
+		t.Errorf("script lacks %q:\n%s", want, s)
+	}
+}
+
+// from-script writes the main view's log: a replica's entries are noted,
+// not written.
+func TestFromScriptViews(t *testing.T) {
+	s := `apply
+1 meta-1 term.started {"term":1,"leader":"meta-1","lease":5}
+----
+1 applied: term 1 leader meta-1 lease 5
+
+replica b
+----
+replica b opened at seq 0
+
+apply
+1 meta-1 term.started {"term":1,"leader":"meta-1","lease":5}
+1 meta-1 store.registered {"store":"s1","incarnation":"i1","raft_addr":"a:1"}
+----
+1 applied: term 1 leader meta-1 lease 5
+2 applied: store s1 at a:1
+`
+	jsonl, diag := fromScript(t, s)
+	if strings.Count(jsonl, "\n") != 1 || !strings.Contains(jsonl, `"type":"term.started"`) {
+		t.Errorf("want the main view's one entry, got:\n%s", jsonl)
+	}
+	if !strings.Contains(diag, "line 10: apply: 2 entries folded into replica b are not written") {
+		t.Errorf("diag: %q", diag)
 	}
 }

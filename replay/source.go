@@ -35,6 +35,28 @@ type Item struct {
 	// Damaged marks a JSONL line that is neither an event nor a raw line:
 	// the file, not the log, is broken there.
 	Damaged bool
+
+	// line is the JSONL line as read (an event that decoded), for what
+	// keeps the original bytes (ToScript).
+	line []byte
+}
+
+// original returns the "at" text and the "data" bytes of the entry as
+// stored: the stream's body, or the JSONL line. ok is false when they
+// cannot be read.
+func (it Item) original() (at string, data []byte, ok bool) {
+	src := it.Body
+	if src == nil {
+		src = it.line
+	}
+	var o struct {
+		At   json.RawMessage `json:"at"`
+		Data json.RawMessage `json:"data"`
+	}
+	if src == nil || json.Unmarshal(src, &o) != nil || json.Unmarshal(o.At, &at) != nil || len(o.Data) == 0 {
+		return "", nil, false
+	}
+	return at, o.Data, true
 }
 
 // Type is the event type, or for a corrupt entry the type field when it
@@ -246,7 +268,7 @@ func decodeLine(b []byte, line int) Item {
 	if err == nil {
 		// Import stores it re-encoded, in UTC: fold what the stream will hold.
 		ev.At = ev.At.UTC()
-		return Item{Seq: ev.Seq, Line: line, Event: ev}
+		return Item{Seq: ev.Seq, Line: line, Event: ev, line: b}
 	}
 	var raw rawLine
 	if json.Unmarshal(b, &raw) == nil && (raw.Raw != nil || raw.RawBase64 != nil) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/natsserver"
+	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/replay"
 )
 
@@ -39,6 +41,8 @@ type replayFlags struct {
 	store       string
 	shard       uint64
 	typ         string
+	term        uint64
+	writer      string
 	fromSeq     uint64
 	toSeq       uint64
 	fromTime    string
@@ -56,12 +60,12 @@ func newReplay(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Fold the event log (live stream or JSONL export): timeline, state at a seq, histories, rejections, checks, diffs",
-		Long: `replay reads the live stream (--nats, --cluster) or a JSONL export (--file) and
-folds it with the same projection every replica runs.
+		Long: `replay reads the live stream (--nats, --cluster) or a JSONL export (--file F,
+or --file - for stdin) and folds it with the same projection every replica runs.
 
 Default: the timeline, one line per event with the fold's outcome (filters:
---worker --endpoint --store --shard --type --from-seq --to-seq --from-time
---to-time; --tail N keeps the last N; --follow keeps tailing the live stream,
+--worker --endpoint --store --shard --type --term --writer --from-seq --to-seq
+--from-time --to-time; --tail N keeps the last N; --follow keeps tailing the live stream,
 after the last 10 events of its history by default). Or one of:
   --until-seq N / --until-time T   the projected state at that point
   --state                          the state at the end of the log
@@ -82,12 +86,14 @@ after the last 10 events of its history by default). Or one of:
 The state at a seq and a diff of the live stream start from the newest usable
 snapshot at or below the seq they need and fold only the events after it
 (--no-snapshot folds from seq 1); the other modes need every event.
-Progress of long replays goes to stderr.`,
+Progress of long replays goes to stderr. "replay diff A B" compares two views
+(two exports, or a snapshot and an export) and names the first seq after
+which they differ.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream")
+	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream (- for stdin)")
 	fl.BoolVar(&f.skipCorrupt, "skip-corrupt", false, "fold a damaged JSONL line as a corrupt event and read on (reported on stderr)")
 	fl.Uint64Var(&f.untilSeq, "until-seq", 0, "stop after this seq; alone, print the state there")
 	fl.StringVar(&f.untilTime, "until-time", "", "stop before the first event after this RFC3339 time; alone, print the state there")
@@ -103,6 +109,8 @@ Progress of long replays goes to stderr.`,
 	fl.StringVar(&f.store, "store", "", "timeline: events touching this store")
 	fl.Uint64Var(&f.shard, "shard", 0, "timeline: events touching this shard")
 	fl.StringVar(&f.typ, "type", "", "timeline: this event type, or a prefix such as worker. or shard.replica")
+	fl.Uint64Var(&f.term, "term", 0, "timeline: events stamped with this term")
+	fl.StringVar(&f.writer, "writer", "", "timeline: events written by this replica (meta-1, ...)")
 	fl.Uint64Var(&f.fromSeq, "from-seq", 0, "timeline: from this seq")
 	fl.Uint64Var(&f.toSeq, "to-seq", 0, "timeline: up to this seq")
 	fl.StringVar(&f.fromTime, "from-time", "", "timeline: events at or after this RFC3339 time")
@@ -113,7 +121,7 @@ Progress of long replays goes to stderr.`,
 	fl.StringVar(&f.fromScript, "from-script", "", "print the JSONL of the events this projection script folds (- for stdin)")
 	fl.IntVar(&f.tail, "tail", -1, "timeline: print only the last N matching events of the history (with --follow: default 10, then every new one; -1: all)")
 	fl.StringVar(&f.html, "html", "", "write one self-contained HTML report to this file: timeline, event table (the filters choose its rows), rejections, final state (at --until-seq/--until-time) and the --history of chosen ids (comma separated)")
-	cmd.AddCommand(newReplayExport(g), newReplayImport(g))
+	cmd.AddCommand(newReplayExport(g), newReplayImport(g), newReplayDiff())
 	return cmd
 }
 
@@ -133,7 +141,7 @@ func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
 	}
 	o.UntilTime = parseTime("until-time", f.untilTime)
 	o.Filter = replay.Filter{
-		Worker: f.worker, Endpoint: f.endpoint, Store: f.store, Shard: f.shard, Type: f.typ,
+		Worker: f.worker, Endpoint: f.endpoint, Store: f.store, Shard: f.shard, Type: f.typ, Term: f.term, Writer: f.writer,
 		FromSeq: f.fromSeq, ToSeq: f.toSeq,
 		FromTime: parseTime("from-time", f.fromTime), ToTime: parseTime("to-time", f.toTime),
 	}
@@ -173,7 +181,7 @@ func (f *replayFlags) options(cmd *cobra.Command) (replay.Options, error) {
 		return o, errors.New("--tail N limits the timeline to its last N events (-1: all)")
 	}
 	if f.toScript == "" && o.Mode != replay.ModeTimeline && o.Filter != (replay.Filter{}) {
-		return o, errors.New("--worker, --endpoint, --store, --shard, --type, --from-*/--to-* filter the timeline only")
+		return o, errors.New("--worker, --endpoint, --store, --shard, --type, --term, --writer, --from-*/--to-* filter the timeline only")
 	}
 	if f.follow && f.file != "" {
 		return o, errors.New("--follow tails the live stream; it does not work with --file")
@@ -195,7 +203,7 @@ func (f *replayFlags) scriptFlags(cmd *cobra.Command) ([]uint64, error) {
 	}
 	modes := []string{"state", "history", "rejected", "check", "diff", "follow", "json", "tail", "skip-corrupt"}
 	if f.fromScript != "" {
-		if set := changed(append(modes, "file", "to-script", "state-at", "until-seq", "until-time", "worker", "endpoint", "store", "shard", "type", "from-seq", "to-seq", "from-time", "to-time", "no-snapshot")...); len(set) > 0 {
+		if set := changed(append(modes, "file", "to-script", "state-at", "until-seq", "until-time", "worker", "endpoint", "store", "shard", "type", "term", "writer", "from-seq", "to-seq", "from-time", "to-time", "no-snapshot")...); len(set) > 0 {
 			return nil, fmt.Errorf("--from-script converts a script to JSONL on stdout; it takes no other replay flag (got %s)", strings.Join(set, " "))
 		}
 		return nil, nil
@@ -301,7 +309,9 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	ctx := cmd.Context()
 	var src replay.Source
 	name := "the live stream"
-	if f.file != "" {
+	if f.file == "-" {
+		src, name = replay.JSONL(cmd.InOrStdin()), "stdin"
+	} else if f.file != "" {
 		fh, err := os.Open(f.file)
 		if err != nil {
 			return err
@@ -547,4 +557,41 @@ func (l rawLog) AppendRaw(ctx context.Context, expectedLast uint64, body []byte)
 		return ack.Sequence, fmt.Errorf("append raw seq %d: %w: stored at seq %d", seq, events.ErrFenced, ack.Sequence)
 	}
 	return seq, nil
+}
+
+func newReplayDiff() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff A B",
+		Short: "Where two views of the log first differ: two JSONL exports (two replicas', or before and after a fix), or a replica's snapshot and an export",
+		Long: `diff folds A and B side by side and prints the first seq after which their
+states differ, the entry each folded there, and how B's state differs from A's
+(in the lines of --diff); exit 1 when they differ. A file holding a snapshot
+(the encoding replicas store) is a state: it is compared with the other log's
+state at the snapshot's seq.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var views [2]replay.View
+			for i, path := range args {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				views[i].Name = filepath.Base(path)
+				st, err := projections.DecodeSnapshot(b)
+				switch {
+				case err == nil:
+					views[i].State = st
+					continue
+				case bytes.HasPrefix(bytes.TrimSpace(b), []byte(`{"format"`)):
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				views[i].Log = replay.JSONL(bytes.NewReader(b))
+			}
+			if views[0].Name == views[1].Name {
+				views[0].Name, views[1].Name = args[0], args[1]
+			}
+			_, err := replay.DiffViews(cmd.Context(), views[0], views[1], cmd.OutOrStdout())
+			return err
+		},
+	}
 }

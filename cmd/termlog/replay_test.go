@@ -23,6 +23,7 @@ import (
 	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections/projtest"
+	"github.com/termlog/termlog/projections/projtest/script"
 	"github.com/termlog/termlog/replay"
 )
 
@@ -440,10 +441,24 @@ func TestCLIFollowTail(t *testing.T) {
 	if out, errOut, code := runBin(t, bin, append(live, "import", writeLines(t, "first.jsonl", 1, 2, 3, 4, 5))...); code != 0 {
 		t.Fatalf("import: %s%s", out, errOut)
 	}
-	// --to-script reads the live stream as it reads the file.
+	// --to-script reads the live stream as it reads the file: the same
+	// commands with the same outcomes (the lines keep the bytes each holds:
+	// the file's line 2 is spaced and has an offset, import stored it
+	// re-encoded in UTC).
 	fromStream, errOut, code := runBin(t, bin, append(live, "--to-script", "-")...)
 	fromFile, _, _ := runBin(t, bin, "replay", "--file", writeLines(t, "same.jsonl", 1, 2, 3, 4, 5), "--to-script", "-")
-	if code != 0 || fromStream != strings.Replace(fromFile, "from same.jsonl", "from the live stream", 1) {
+	outcomes := func(s string) string {
+		ds, err := script.Parse(strings.NewReader(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, d := range ds {
+			fmt.Fprintf(&b, "%s\n%s\n", d.Cmd, d.Output)
+		}
+		return b.String()
+	}
+	if code != 0 || outcomes(fromStream) != outcomes(fromFile) || !strings.Contains(fromFile, "\nat=2026-11-30T04:00:02+01:00 1 meta-1 worker.registered {\"endpoint\": \"10.0.0.5:5688\", ") {
 		t.Errorf("--to-script of the stream: exit %d %s\n%s\n---\n%s", code, errOut, fromStream, fromFile)
 	}
 	// import takes what --from-script makes of a script.
@@ -556,5 +571,113 @@ func TestCLIUpToScript(t *testing.T) {
 	}
 	if normalize(t, back) != normalize(t, export) {
 		t.Error("the export converted to a script and back is not the export")
+	}
+}
+
+// --term and --writer select the timeline's events by their envelope, and
+// --file - reads the export from stdin.
+func TestReplayTermWriterStdin(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "replay.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := func(out string) string {
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] { // after the header
+			got = append(got, strings.Fields(l)[0])
+		}
+		return strings.Join(got, ",")
+	}
+	run := func(stdin []byte, args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		root := newRoot()
+		root.SetArgs(append([]string{"replay"}, args...))
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetIn(bytes.NewReader(stdin))
+		err := root.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--term", "1"}, "1,2,3,5"},
+		{[]string{"--writer", "meta-2"}, "4,6,7,8,11"},
+		{[]string{"--term", "7", "--writer", "meta-x"}, "9"},
+		{[]string{"--term", "7", "--type", "worker.expired"}, "7"},
+	} {
+		out, err := run(in, append([]string{"--file", "-"}, tc.args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := seqs(out); got != tc.want {
+			t.Errorf("%v: seqs %s, want %s\n%s", tc.args, got, tc.want, out)
+		}
+	}
+	if out, err := run(in, "--file", "-", "--check"); err != nil || !strings.HasPrefix(out, "ok: 11 events") {
+		t.Errorf("--check from stdin: %v\n%s", err, out)
+	}
+	if _, err := run(in, "--file", "-", "--check", "--term", "1"); err == nil || !strings.Contains(err.Error(), "--term, --writer") {
+		t.Errorf("--term with --check: %v", err)
+	}
+}
+
+// replay diff A B names the first seq after which two views differ, the
+// entry each folded there and how; a snapshot is compared at its seq.
+func TestReplayDiffViews(t *testing.T) {
+	a := filepath.Join("testdata", "replay.jsonl")
+	in, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B: meta-1's late expiry (seq 5) carries the new term, as if a rule
+	// had stopped fencing it.
+	stale := `"seq":5,"v":1,"term":1,`
+	if !bytes.Contains(in, []byte(stale)) {
+		t.Fatal("no stale expiry at seq 5")
+	}
+	dir := t.TempDir()
+	b := filepath.Join(dir, "b.jsonl")
+	if err := os.WriteFile(b, bytes.Replace(in, []byte(stale), []byte(`"seq":5,"v":1,"term":7,`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "replay", "diff", a, b)
+	if err == nil || !strings.Contains(err.Error(), "the views differ after seq 5") {
+		t.Fatalf("want the views to differ after seq 5, got %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"the views differ first after seq 5\n",
+		"replay.jsonl: 5 ", "- anomaly seq=5 term=1 writer=meta-1 type=worker.expired stale-term", "+ anomaly seq=5 term=7 writer=meta-1 type=worker.expired writer-mismatch", "rejected stale-term", "# term 1 < current term 7",
+		"b.jsonl:      5 ", "applied", "# worker 1 epoch 2 removed; warning writer-mismatch: writer meta-1 did not start term 7 (its leader is meta-2)",
+		"how b.jsonl differs from replay.jsonl:\n",
+		"- worker 1 epoch=2 running endpoint=10.0.0.5:5688",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if out, _, err := runCLI(t, "replay", "diff", a, a); err != nil || !strings.HasPrefix(out, "same: ") || !strings.Contains(out, "up to seq 11") {
+		t.Errorf("a file and itself: %v\n%s", err, out)
+	}
+	// A replica's snapshot after seq 8 against each log.
+	f := replay.NewFolder()
+	if err := replay.JSONL(bytes.NewReader(in)).Read(context.Background(), func(it replay.Item) error {
+		if it.Seq <= 8 {
+			f.Fold(it)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "snap.json")
+	if err := os.WriteFile(snap, f.State().EncodeSnapshot(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCLI(t, "replay", "diff", snap, a); err != nil || !strings.Contains(out, "same: ") || !strings.Contains(out, "seq 8") {
+		t.Errorf("snapshot vs its log: %v\n%s", err, out)
+	}
+	if out, _, err := runCLI(t, "replay", "diff", snap, b); err == nil || !strings.Contains(out, "the views differ first after seq 8") {
+		t.Errorf("snapshot vs the other log: %v\n%s", err, out)
 	}
 }

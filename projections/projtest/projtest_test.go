@@ -1,13 +1,16 @@
 package projtest_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/datadriven"
 	"go.uber.org/goleak"
 
+	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/projections/projtest"
 )
 
@@ -20,13 +23,13 @@ func TestDocExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(src), "// A complete script")
+	_, after, ok := strings.Cut(string(src), "// # Worked example: a late expiry from the previous term")
 	if !ok {
 		t.Fatal("no example in the package doc")
 	}
-	body, _, ok := strings.Cut(after, "// # Go API")
+	body, _, ok := strings.Cut(after, "// Had the fold applied")
 	if !ok {
-		t.Fatal("the example does not end before # Go API")
+		t.Fatal("the example's script does not end before 'Had the fold applied'")
 	}
 	var script strings.Builder
 	started := false
@@ -74,4 +77,34 @@ func TestReadmeExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	projtest.RunFile(t, path)
+}
+
+// The kit's own scripts: check, views, snapshots.
+func TestKit(t *testing.T) { projtest.RunDir(t, "testdata") }
+
+// A test adds its own command without wrapping Fold.Handle; it sees the
+// current view, as the kit's commands do.
+func TestOwnCommand(t *testing.T) {
+	leaderView := func(s *projections.State, d *datadriven.TestData) (string, error) {
+		who := s.Leader + " leads"
+		if s.Leader == "" {
+			who = "nobody leads"
+		}
+		out := fmt.Sprintf("%s (term %d) with %d workers", who, s.Term, len(s.Workers))
+		if s.Leader != "" {
+			out = fmt.Sprintf("%s term %d with %d worker", who, s.Term, len(s.Workers))
+		}
+		for _, a := range d.CmdArgs {
+			if a.Key != "verbose" {
+				return "", fmt.Errorf("unknown argument %q: leader-view takes verbose", a.Key)
+			}
+			out += fmt.Sprintf(", next worker id %d", s.NextWorkerID)
+		}
+		return out + "\n", nil
+	}
+	breakEndpoint := func(s *projections.State, d *datadriven.TestData) (string, error) {
+		s.Endpoints["b:2"] = 9
+		return "endpoint b:2 -> worker 9\n", nil
+	}
+	projtest.RunDir(t, "testdata/own", projtest.WithCommand("leader-view", leaderView), projtest.WithCommand("break-endpoint", breakEndpoint))
 }

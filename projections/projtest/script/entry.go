@@ -7,10 +7,14 @@
 package script
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +35,9 @@ type Entry struct {
 	Seq uint64
 	// At is the time the line names with at=; zero is Base() + seq seconds.
 	At time.Time
+	// AtText is at= as written: the body holds it as it is, so a line
+	// keeps the time of the incident byte for byte (offset, precision).
+	AtText string
 	// Raw is the body of a raw or raw64 line; nil for an event line.
 	Raw []byte
 
@@ -69,7 +76,7 @@ func ParseEntry(line string) (Entry, error) {
 			if err != nil {
 				return e, fmt.Errorf("at=%q: want an RFC3339 time such as 2026-11-30T03:00:01Z", val)
 			}
-			e.At = t.UTC()
+			e.At, e.AtText = t.UTC(), val
 		}
 		rest = after
 	}
@@ -102,14 +109,36 @@ func ParseEntry(line string) (Entry, error) {
 		e.Writer, rest = cutField(rest)
 	}
 	e.Type, rest = cutField(rest)
-	if e.Type == "" || rest == "" {
-		return e, errors.New("want [seq=N] [at=T] <term> <writer> <type> <json>: missing type or data")
+	if err := missing(e.Writer, e.Type, rest); err != nil {
+		return e, err
 	}
 	if !json.Valid([]byte(rest)) {
 		return e, fmt.Errorf("data %s: not valid JSON", rest)
 	}
 	e.Data = json.RawMessage(rest)
 	return e, nil
+}
+
+const eventLine = "<term> <writer> <type> <json data>"
+
+// missing names what an event line lacks, from the fields it read as the
+// writer, the type and the data.
+func missing(writer, typ, data string) error {
+	switch {
+	case writer == "" && typ == "":
+		return fmt.Errorf("missing the writer, the type and the data: want %s", eventLine)
+	case typ == "":
+		return fmt.Errorf("missing the type and the data after writer %s: want %s", writer, eventLine)
+	case data == "" && strings.HasPrefix(typ, "{"):
+		// The JSON stands where the type goes: one field is missing.
+		if slices.Contains(events.Types(), writer) {
+			return fmt.Errorf("missing the writer: %s is the type, and the writer (the replica that appended it, such as meta-1) comes before it: want %s", writer, eventLine)
+		}
+		return fmt.Errorf("missing the type after writer %s (one of %s): want %s", writer, strings.Join(events.Types(), ", "), eventLine)
+	case data == "":
+		return fmt.Errorf("missing the data of %s (a JSON object such as {\"id\":1}): want %s", typ, eventLine)
+	}
+	return nil
 }
 
 // cutField splits off the first space-separated field.
@@ -143,15 +172,19 @@ func (e Entry) Body(seq uint64) []byte {
 	if at.IsZero() {
 		at = Base().Add(time.Duration(seq) * time.Second)
 	}
+	atJSON, _ := json.Marshal(at)
+	if e.AtText != "" {
+		atJSON, _ = json.Marshal(e.AtText)
+	}
 	// The envelope of events.Encode, field for field.
 	env := struct {
 		V      int             `json:"v"`
 		Term   uint64          `json:"term"`
 		Writer string          `json:"writer"`
-		At     time.Time       `json:"at"`
+		At     json.RawMessage `json:"at"`
 		Type   string          `json:"type"`
 		Data   json.RawMessage `json:"data"`
-	}{events.Version, e.Term, e.Writer, at, e.Type, e.Data}
+	}{events.Version, e.Term, e.Writer, atJSON, e.Type, e.Data}
 	b, err := json.Marshal(env)
 	if err != nil { // Data was checked to be valid JSON
 		return fmt.Appendf(nil, "unencodable script line: %v", err)
@@ -179,6 +212,36 @@ func FormatEvent(ev events.Event, last uint64) (string, error) {
 	return b.String(), nil
 }
 
+// FormatOriginal is the script line of ev that keeps its stored bytes: at
+// is the envelope's "at" text and data its "data" JSON, both as they were
+// written (an "epoch":0 a writer left in stays, a field it left out stays
+// out, a time keeps its offset and precision). It returns an error when the
+// line would not read back: data of several lines, a field this build does
+// not know (FormatEvent re-encodes such an event).
+func FormatOriginal(ev events.Event, last uint64, at string, data []byte) (string, error) {
+	if ev.Data == nil {
+		return "", errors.New("event without payload")
+	}
+	if bytes.ContainsAny(data, "\r\n") {
+		return "", errors.New("data of several lines")
+	}
+	var b strings.Builder
+	b.WriteString(prefix(ev.Seq, last))
+	if base, _ := json.Marshal(Base().Add(time.Duration(ev.Seq) * time.Second)); string(base) != strconv.Quote(at) {
+		fmt.Fprintf(&b, "at=%s ", at)
+	}
+	fmt.Fprintf(&b, "%d %s %s %s", ev.Term, formatWriter(ev.Writer), ev.Type(), data)
+	line := b.String()
+	e, err := ParseEntry(line)
+	if err == nil {
+		err = e.checkFields()
+	}
+	if err != nil {
+		return "", err
+	}
+	return line, nil
+}
+
 // FormatRaw is the script line of a body stored as is at seq: raw when the
 // body reads back unchanged from a line, raw64 otherwise.
 func FormatRaw(seq, last uint64, body []byte) string {
@@ -202,4 +265,57 @@ func formatWriter(w string) string {
 		return strconv.Quote(w)
 	}
 	return w
+}
+
+// checkFields refuses a data field the event's kind does not have (a typo
+// such as "epoc", or "colour"), naming the fields it has: the live fold
+// ignores unknown fields, so a script would test something else than it
+// says. A kind this build does not know is left to the fold (corrupt).
+func (e Entry) checkFields() error {
+	if e.Raw != nil {
+		return nil
+	}
+	ev, err := events.Decode(1, e.Body(1))
+	if err != nil || ev.Data == nil {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(e.Data, &fields) != nil {
+		return nil
+	}
+	known := PayloadFields(ev.Data)
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("%s has no field %q (its fields: %s; go doc ./events %s)", e.Type, k, strings.Join(known, ", "), reflect.TypeOf(ev.Data).Name())
+		}
+	}
+	return nil
+}
+
+// PayloadFields lists the JSON fields of an event kind's data, in the
+// order of its Go type.
+func PayloadFields(p events.Payload) []string {
+	t := reflect.TypeOf(p)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	return out
 }

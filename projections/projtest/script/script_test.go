@@ -73,13 +73,17 @@ func TestFormatParseRaw(t *testing.T) {
 
 func TestParseEntryErrors(t *testing.T) {
 	for line, want := range map[string]string{
-		`one meta-1 term.started {}`:      "term \"one\" is not a number",
-		`1 meta-1 term.started`:           "missing type or data",
-		`1 meta-1 term.started {"term":`:  "not valid JSON",
-		`seq=0 1 meta-1 term.started {}`:  "seq=\"0\"",
-		`at=yesterday 1 meta-1 x {}`:      "RFC3339",
-		`raw64 !!!`:                       "raw64",
-		`1 "unterminated term.started {}`: "writer",
+		`one meta-1 term.started {}`:                  "term \"one\" is not a number",
+		`1 meta-1 term.started`:                       "missing the data of term.started",
+		`1 term.started {"term":1,"leader":"meta-1"}`: "missing the writer: term.started is the type, and the writer",
+		`1 meta-1 {"term":1,"leader":"meta-1"}`:       "missing the type after writer meta-1 (one of term.started, ",
+		`1 meta-1`:                                    "missing the type and the data after writer meta-1",
+		`1`:                                           "missing the writer, the type and the data",
+		`1 meta-1 term.started {"term":`:              "not valid JSON",
+		`seq=0 1 meta-1 term.started {}`:              "seq=\"0\"",
+		`at=yesterday 1 meta-1 x {}`:                  "RFC3339",
+		`raw64 !!!`:                                   "raw64",
+		`1 "unterminated term.started {}`:             "writer",
 	} {
 		if _, err := script.ParseEntry(line); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", line, err, want)
@@ -124,6 +128,7 @@ func FuzzScript(f *testing.F) {
 	f.Add("apply\n1 meta-1 term.started {\"term\":1,\"leader\":\"meta-1\"}\nseq=9 raw x\nraw64 AAE=\n----\n")
 	f.Add("apply quiet\nat=2026-11-30T03:00:01Z 1 \"a b\" worker.expired {\"id\":1}\n----\n----\nx\n\ny\n----\n----\n")
 	f.Add("stale-flood n=3 term=0\n----\n\nanomalies tail=2\n----\n")
+	f.Add("apply\n1 m term.started {\"term\":1,\"leader\":\"m\"}\n----\n\nsnapshot name=x\n----\n\nreplica a from=main\n----\n\nrestore name=x\n----\n\nreplica b\n----\n\ncompare a b\n----\n\ncheck\n----\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		ds, _ := script.Parse(strings.NewReader(text))
 		fold := script.NewFold()
@@ -143,4 +148,37 @@ func FuzzScript(f *testing.F) {
 		var b bytes.Buffer
 		_ = script.Write(&b, ds)
 	})
+}
+
+// A mistake in a script is an error naming the known words: an argument a
+// command does not take, a field an event kind does not have, a command the
+// kit does not know.
+func TestUnknownWords(t *testing.T) {
+	const start = `1 meta-1 term.started {"term":1,"leader":"meta-1","lease":5}`
+	for _, c := range []struct {
+		cmd   string
+		args  []script.Arg
+		input string
+		want  string
+	}{
+		{"state", []script.Arg{{Key: "breif"}}, "", `unknown argument "breif": state takes brief`},
+		{"workers", []script.Arg{{Key: "all"}}, "", `unknown argument "all": workers takes none`},
+		{"apply", []script.Arg{{Key: "quiet"}, {Key: "n", Vals: []string{"3"}}}, start, `unknown argument "n=3": apply takes quiet`},
+		{"stale-flood", []script.Arg{{Key: "n", Vals: []string{"3"}}, {Key: "trem", Vals: []string{"1"}}}, "", `unknown argument "trem=1": stale-flood takes n, term, writer`},
+		{"apply", nil, start + "\n" + `1 meta-1 worker.registered {"id":1,"endpoint":"a:1","colour":"red"}`,
+			`input line 2: worker.registered has no field "colour" (its fields: id, epoch, incarnation, endpoint, kind, parallelism; go doc ./events WorkerRegistered)`},
+		{"apply", nil, `1 meta-1 term.started {"term":1,"leader":"meta-1","lese":5}`, `input line 1: term.started has no field "lese" (its fields: term, leader, lease;`},
+		{"stat", nil, "", `unknown command "stat" (the kit's commands: anomalies, apply, check, compare, corrupt-flood, counters, hash, history, op-flood, replica, restore, snapshot, stale-flood, state, workers)`},
+	} {
+		_, err := script.NewFold().Run(c.cmd, c.args, c.input)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v: got %v, want %q", c.cmd, c.args, err, c.want)
+		}
+	}
+	// A kind this build does not know is the fold's to report (corrupt),
+	// and raw lines are bodies as stored.
+	out, err := script.NewFold().Run("apply", nil, `1 meta-1 worker.promoted {"colour":"red"}`+"\nraw {\"v\":1,\"colour\":1}")
+	if err != nil || !strings.Contains(out, "1 corrupt: seq 1: unknown event type") {
+		t.Errorf("unknown kind: %q %v", out, err)
+	}
 }
