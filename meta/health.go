@@ -186,6 +186,12 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 		case <-l.r.cfg.Clock.After(tick):
 		}
 		rec := l.healthRecord()
+		if rec.Health.Term != l.term {
+			// No scheduling decision of this term yet: a record now would
+			// say nothing of this leader's shards (0 of N), so none is
+			// written (the previous term's says whose it is).
+			continue
+		}
 		// Times move every pass and every heartbeat; a change is a change
 		// of anything else.
 		norm := rec

@@ -23,7 +23,7 @@ const SnapshotFormat = 1
 // Bump it whenever Apply's rules change: when a change to the fold moves a
 // hash in the replay goldens (replay/testdata, projections/testdata, the
 // cmd/termlog replay goldens), the rules changed.
-const RulesVersion = 3
+const RulesVersion = 4
 
 // ErrOtherRules is wrapped (with ErrBadSnapshot) by the error of a decode of
 // a snapshot folded by rules other than RulesVersion.
