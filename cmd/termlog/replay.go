@@ -81,8 +81,9 @@ The state at a seq and a diff of the live stream start from the newest usable
 snapshot at or below the seq they need and fold only the events after it
 (--no-snapshot folds from seq 1); the other modes need every event.
 Progress of long replays goes to stderr.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "replay"},
+		RunE:        func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream")
@@ -274,14 +275,14 @@ func runToScript(cmd *cobra.Command, f *replayFlags, o replay.Options, stateAt [
 func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	stateAt, err := f.scriptFlags(cmd)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	if f.fromScript != "" {
 		return runFromScript(cmd, f.fromScript)
 	}
 	o, err := f.options(cmd)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	// --tail -1 (all) is Tail 0, --tail 0 is TailNone.
 	switch tail := f.tail; {
@@ -345,8 +346,9 @@ func newReplayExport(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "export",
-		Short: "Write the live stream to JSONL (one event a line with its seq; corrupt records kept as raw lines)",
-		Args:  cobra.NoArgs,
+		Short:       "Write the live stream to JSONL (one event a line with its seq; corrupt records kept as raw lines)",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "replay export"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			l, closeLog, err := openStream(ctx, g, "termlog-replay-export", natsserver.RoleObserver)

@@ -274,18 +274,13 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	return loadStatusFrom(ctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
 }
 
-// Exit statuses of status.
-const (
-	exitDegraded   = 1 // the cluster is readable and not healthy
-	exitUnreadable = 2 // the cluster could not be read
-)
-
 func newStatus(g *globals) *cobra.Command {
 	var (
 		asJSON      bool
 		watch       bool
 		waitHealthy bool
 		every       time.Duration
+		stableFor   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -301,10 +296,18 @@ draining, workers not running, no meta leader, recovery incomplete, a stale heal
 record); 2 when the cluster cannot be read.
 
 --watch redraws whenever something changes. --wait-healthy blocks until the cluster
-is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
---timeout (then the bound of the whole wait; default 5m) has passed.`,
-		Args: cobra.NoArgs,
+is healthy on every read for --stable-for (a rolling-upgrade gate: every shard with
+all its members running on a live process whose report is of that process, not of
+the one before a restart, and a Raft leader; no operator or pending change; no store
+stopped, down or draining while silent; every worker running; a record of the
+current leader built after its stores reported) and exits 1 naming what is still
+wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "status"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stableFor < 0 {
+				return usage(fmt.Errorf("--stable-for %s: want >= 0", stableFor))
+			}
 			out := cmd.OutOrStdout()
 			show := func(s Status) error {
 				if asJSON {
@@ -339,11 +342,13 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 			var last string
 			var lastErr error
 			var s Status
+			var healthySince time.Time // zero: the last read was not healthy
 			for {
 				var err error
 				s, err = g.status(ctx)
 				if err != nil && ctx.Err() == nil {
 					lastErr = err
+					healthySince = time.Time{}
 					if watch && err.Error() != last {
 						last = err.Error()
 						fmt.Fprintf(out, "%s  cannot read the cluster: %v\n", time.Now().Format("15:04:05"), err)
@@ -360,7 +365,14 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 							}
 						}
 					}
-					if waitHealthy && s.Health.Healthy {
+					if !s.Health.Healthy {
+						healthySince = time.Time{}
+					} else if healthySince.IsZero() {
+						healthySince = time.Now()
+					}
+					// Healthy on every read for --stable-for: a flapping
+					// cluster does not pass.
+					if waitHealthy && s.Health.Healthy && time.Since(healthySince) >= stableFor {
 						if !watch {
 							if err := show(s); err != nil {
 								return err
@@ -381,7 +393,7 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 						return exitWith(exitDegraded, fmt.Errorf("not healthy within %s: %s", bound, strings.Join(s.Health.Problems, "; ")))
 					}
 					return nil
-				case <-time.After(every):
+				case <-time.After(pause(every, stableFor, healthySince, waitHealthy)):
 				}
 			}
 		},
@@ -390,7 +402,18 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw whenever something changes, until interrupted")
 	cmd.Flags().BoolVar(&waitHealthy, "wait-healthy", false, "wait until the cluster is healthy; exit 1 naming what is wrong after --timeout (default 5m here)")
 	cmd.Flags().Var(positiveDuration(&every, time.Second), "every", "how often --watch and --wait-healthy read the cluster")
+	cmd.Flags().DurationVar(&stableFor, "stable-for", 2*time.Second, "with --wait-healthy: healthy on every read for this long before it returns (0: the first healthy read)")
 	return cmd
+}
+
+// pause is how long the status loop waits before its next read: --every,
+// but while --wait-healthy waits for a healthy cluster to stay so, at most
+// a quarter of --stable-for (at least 100ms), so that a flap is seen.
+func pause(every, stableFor time.Duration, healthySince time.Time, waitHealthy bool) time.Duration {
+	if waitHealthy && !healthySince.IsZero() && stableFor > 0 {
+		return min(every, max(stableFor/4, 100*time.Millisecond))
+	}
+	return every
 }
 
 // renderKey is what --watch compares: the status without what moves by
@@ -439,8 +462,9 @@ func newWorkerCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the workers (read from the projection of the stream)",
-		Args:  cobra.NoArgs,
+		Short:       "List the workers (read from the projection of the stream)",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "worker list"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := g.status(cmd.Context())
 			if err != nil {
