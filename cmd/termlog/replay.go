@@ -345,7 +345,7 @@ func bindSnapshots(ctx context.Context, l *natslog.Log, diag io.Writer) events.S
 func newReplayExport(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
-		Use:   "export",
+		Use:         "export",
 		Short:       "Write the live stream to JSONL (one event a line with its seq; corrupt records kept as raw lines)",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{readCommand: "replay export"},

@@ -461,7 +461,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 	cmd := group(&cobra.Command{Use: "worker", Short: "Workers: run one, list them"})
 	var asJSON bool
 	list := &cobra.Command{
-		Use:   "list",
+		Use:         "list",
 		Short:       "List the workers (read from the projection of the stream)",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{readCommand: "worker list"},
