@@ -303,6 +303,13 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 		wantOneLineError(t, tc.name, r, tc.want...)
 	}
 
+	// status -o json answers a machine on stdout when it fails too.
+	r0 := runEnv(t, bin, nil, "status", "-o", "json", "--nats", nowhere, "--timeout", "2s")
+	var se statusError
+	if err := json.Unmarshal([]byte(r0.stdout), &se); err != nil || r0.code != exitUnreadable || se.Exit != exitUnreadable || !strings.Contains(se.Error, "nothing is listening") {
+		t.Fatalf("status -o json, nothing listening: exit %d, stdout %q (%v)", r0.code, r0.stdout, err)
+	}
+
 	// A long-running role waits for NATS, but not with keys the server
 	// does not know: that does not mend itself.
 	r := runEnv(t, bin, nil, "meta", "run", "--nats", url, "--auth-dir", other)

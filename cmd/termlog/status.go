@@ -204,18 +204,29 @@ func printStatus(w io.Writer, s Status) {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
 	}
 	fmt.Fprintf(w, "workers (%d):\n", len(s.Workers))
-	for _, wk := range s.Workers {
-		fmt.Fprintf(w, "  %-4d %-22s %-9s epoch %-6d %s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
+	if len(s.Workers) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tENDPOINT\tSTATE\tEPOCH\tKIND")
+		for _, wk := range s.Workers {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
+		}
+		_ = tw.Flush()
 	}
 	if len(s.Stores) > 0 {
 		fmt.Fprintf(w, "stores (%d):\n", len(s.Stores))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tSTATE\tRAFT ADDRESS\tINCARNATION\tNOTE")
 		for _, st := range s.Stores {
-			line := fmt.Sprintf("  %-10s %-9s raft %s", st.ID, st.State, st.RaftAddr)
-			if !st.Until.IsZero() {
-				line += " until " + st.Until.Format(time.RFC3339)
+			note := ""
+			switch {
+			case st.PlannedStop():
+				note = "stopped for a planned restart at " + st.StoppedAt.Format(time.RFC3339) + ", drained until " + st.Until.Format(time.RFC3339)
+			case !st.Until.IsZero():
+				note = "until " + st.Until.Format(time.RFC3339)
 			}
-			fmt.Fprintln(w, line)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", st.ID, st.State, st.RaftAddr, st.Incarnation, note)
 		}
+		_ = tw.Flush()
 	}
 	if len(s.Shards) > 0 {
 		fmt.Fprintf(w, "shards (%d):\n", len(s.Shards))
@@ -295,7 +306,8 @@ leader, an operator or pending change, a blocked shard, a store down or silent w
 draining, workers not running, no meta leader, recovery incomplete, a stale health
 record); 2 when the cluster cannot be read.
 
---watch redraws whenever something changes. --wait-healthy blocks until the cluster
+--watch redraws whenever something changes (in place at a terminal, appended when
+piped). --wait-healthy blocks until the cluster
 is healthy on every read for --stable-for (a rolling-upgrade gate: every shard with
 all its members running on a live process whose report is of that process, not of
 the one before a restart, and a Raft leader; no operator or pending change; no store
@@ -304,12 +316,21 @@ current leader built after its stores reported) and exits 1 naming what is still
 wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`,
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{readCommand: "status"},
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
+			out := cmd.OutOrStdout()
+			printed := false
+			defer func() {
+				// -o json: a machine reading stdout gets a JSON answer
+				// when status fails too (the line on stderr stays).
+				if err != nil && asJSON && !printed {
+					_ = json.NewEncoder(out).Encode(statusError{Error: err.Error(), Exit: exitCode(cmd, err)})
+				}
+			}()
 			if stableFor < 0 {
 				return usage(fmt.Errorf("--stable-for %s: want >= 0", stableFor))
 			}
-			out := cmd.OutOrStdout()
 			show := func(s Status) error {
+				printed = true
 				if asJSON {
 					enc := json.NewEncoder(out)
 					enc.SetIndent("", "  ")
@@ -343,6 +364,9 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 			var lastErr error
 			var s Status
 			var healthySince time.Time // zero: the last read was not healthy
+			// --watch redraws in place at a terminal (a table, not JSON),
+			// and appends when piped.
+			redraw := watch && !asJSON && isTerminal(out)
 			for {
 				var err error
 				s, err = g.status(ctx)
@@ -359,6 +383,11 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 						key := renderKey(s)
 						if key != last {
 							last = key
+							if redraw {
+								// At a terminal: draw over the last one
+								// (cursor home, clear the screen).
+								fmt.Fprint(out, "\x1b[H\x1b[2J")
+							}
 							fmt.Fprintf(out, "--- %s\n", time.Now().Format("15:04:05.000"))
 							if err := show(s); err != nil {
 								return err
@@ -404,6 +433,12 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 	cmd.Flags().Var(positiveDuration(&every, time.Second), "every", "how often --watch and --wait-healthy read the cluster")
 	cmd.Flags().DurationVar(&stableFor, "stable-for", 2*time.Second, "with --wait-healthy: healthy on every read for this long before it returns (0: the first healthy read)")
 	return cmd
+}
+
+// statusError is what `status -o json` prints on stdout when it fails.
+type statusError struct {
+	Error string `json:"error"`
+	Exit  int    `json:"exit"`
 }
 
 // pause is how long the status loop waits before its next read: --every,
