@@ -211,10 +211,18 @@ func (s *session) leaderRPC(ctx context.Context, rpc string, req any) (client.Re
 		return client.Reply{}, fmt.Errorf("malformed reply to %s: %w", subject, err)
 	}
 	if rep.Error != nil {
-		return rep, rep.Error
+		return rep, leaderRefusal{rep.Error}
 	}
 	return rep, nil
 }
+
+// leaderRefusal is the meta leader's error reply as a user reads it: its
+// message, without the wire code ("bad_request: ..."), which errors.As
+// still finds.
+type leaderRefusal struct{ e *client.RPCError }
+
+func (r leaderRefusal) Error() string { return "meta leader: " + r.e.Message }
+func (r leaderRefusal) Unwrap() error { return r.e }
 
 // connectError says in one line why a connection failed and what to do.
 func connectError(url string, role natsserver.Role, key string, timeout time.Duration, err error) error {
