@@ -298,7 +298,11 @@ func (r *Replica) campaign(ctx context.Context) {
 		switch {
 		case err == nil:
 			term, reason := r.lead(ctx, lease)
-			r.log.Warn().Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
+			ev := r.log.Warn()
+			if reason == reasonShutdown || reason == reasonStepDown {
+				ev = r.log.Info() // asked for: a clean stop logs no warning
+			}
+			ev.Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
 			if reason == reasonStepDown {
 				// Let another replica win the next round.
 				select {
