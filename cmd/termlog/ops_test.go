@@ -541,6 +541,13 @@ func TestCLIUpDataDirLeaseAndConventions(t *testing.T) {
 	// Another data dir on the same port: the port is named.
 	r = runEnv(t, bin, nil, "up", "--data", t.TempDir(), "--nats-port", fmt.Sprint(port))
 	wantOneLineError(t, "up on a used port", r, fmt.Sprintf("--nats-port %d", port), "address already in use")
+	// A first up that failed leaves no data dir behind.
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	r = runEnv(t, bin, nil, "up", "--data", fresh, "--nats-port", fmt.Sprint(port))
+	wantOneLineError(t, "first up on a used port", r, "address already in use")
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed first up left its data dir %s behind (%v)", fresh, err)
+	}
 
 	first := healthy(t, bin, url, auth)
 	r = runEnv(t, bin, nil, append([]string{"meta", "stepdown", "--wait"}, c...)...)
