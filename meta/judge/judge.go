@@ -117,8 +117,8 @@ func Problems(in Input) []string {
 		}
 	}
 	for _, st := range in.Stores {
-		if st.State == events.StoreTombstone || st.PlannedStop() {
-			continue
+		if st.State == events.StoreTombstone || st.State == events.StoreDown || st.PlannedStop() {
+			continue // named as such, not as a missing report
 		}
 		if !current(st, recStores) {
 			out = append(out, fmt.Sprintf("%s: no report of its process (incarnation %s) in the health record yet", st.ID, st.Incarnation))
