@@ -52,6 +52,8 @@ func Problems(in Input) []string {
 	switch {
 	case in.LeaseError != "":
 		out = append(out, "lease holder unknown: "+in.LeaseError)
+	case in.LeaseHolder == "" && in.Record != nil && in.Record.Leader != "":
+		out = append(out, fmt.Sprintf("no meta leader holds the lease (%s, which published the last health record in term %d, released it or stopped)", in.Record.Leader, in.Record.Term))
 	case in.LeaseHolder == "":
 		out = append(out, "no meta leader holds the lease")
 	}
@@ -186,6 +188,11 @@ func shard(sh projections.Shard, h sched.ShardHealth, stores map[string]projecti
 		return fmt.Sprintf("shard %d: %s", sh.ID, h.Why)
 	case n < expected:
 		p := fmt.Sprintf("shard %d: %d/%d running", sh.ID, n, expected)
+		if !h.Healthy && h.Why != "" && !strings.HasSuffix(h.Why, "replicas running") {
+			// The leader's own reason (blocked, lost quorum, ...) beside
+			// the count: a reason the judge does not know passes through.
+			gone = append([]string{h.Why}, gone...)
+		}
 		if len(gone) > 0 {
 			p += " (" + strings.Join(gone, ", ") + ")"
 		}

@@ -121,3 +121,24 @@ func TestNoRecordStillNamesPlannedStops(t *testing.T) {
 		t.Fatalf("problems:\n%s", p)
 	}
 }
+
+// TestLeaderReasonPassesThrough: a reason the judge does not know (a shard
+// that lost quorum, blocked) is named beside the count.
+func TestLeaderReasonPassesThrough(t *testing.T) {
+	in := healthy()
+	h := &in.Record.Shards[0]
+	h.Healthy, h.Live, h.Running, h.Why = false, 1, []uint64{1}, "lost-quorum: 2 of 3 replicas gone for good"
+	if p := strings.Join(Problems(in), "\n"); !strings.Contains(p, "shard 1: 1/3 running (lost-quorum: 2 of 3 replicas gone for good)") {
+		t.Fatalf("problems:\n%s", p)
+	}
+}
+
+// TestReleasedLeaseNamesTheLeader: a leader that stopped (SIGTERM releases
+// the lease) is named at once.
+func TestReleasedLeaseNamesTheLeader(t *testing.T) {
+	in := healthy()
+	in.LeaseHolder = ""
+	if p := strings.Join(Problems(in), "\n"); !strings.Contains(p, "no meta leader holds the lease (meta-1, which published the last health record in term 4") {
+		t.Fatalf("problems:\n%s", p)
+	}
+}
