@@ -111,7 +111,13 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 		args []string
 		env  []string
 		want []string
+		code int // 0: 2 for a flag that does not parse or a read command, else 1
 	}{
+		// A cluster name the stream's name cannot take: a usage error,
+		// for every command, before anything connects.
+		{args: []string{"status", "--cluster", "a.b"}, want: []string{`--cluster "a.b"`, "only letters, digits"}, code: exitUnreadable},
+		{args: []string{"logstore", "--cluster", "a b", "--nats", nowhere}, want: []string{`--cluster "a b"`}, code: exitUnreadable},
+		{args: []string{"meta", "run", "--cluster", "", "--nats", nowhere}, want: []string{"empty cluster name"}, code: exitUnreadable},
 		{args: []string{"worker", "run", "--endpoint", busy.Addr().String(), "--nats", nowhere}, want: []string{"--endpoint", "address already in use"}},
 		{args: []string{"worker", "run", "--endpoint", "nohost", "--nats", nowhere}, want: []string{"nohost"}},
 		{args: []string{"up", "--lease", "0"}, want: []string{`"--lease"`, "must be > 0"}},
@@ -147,9 +153,13 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 		r := runEnv(t, bin, tc.env, args...)
 		// A usage error (a flag that does not parse, a read command's
 		// bad flag) exits 2; a daemon's flag refused by its own check 1.
-		code := 1
-		if strings.Contains(r.stderr, "invalid argument") || tc.args[0] == "status" {
+		code := tc.code
+		switch {
+		case code != 0:
+		case strings.Contains(r.stderr, "invalid argument") || tc.args[0] == "status":
 			code = exitUnreadable
+		default:
+			code = 1
 		}
 		wantCodeOneLine(t, name, r, code, tc.want...)
 		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
