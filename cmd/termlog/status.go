@@ -363,7 +363,7 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 			var last string
 			var lastErr error
 			var s Status
-			var healthySince time.Time // zero: the last read was not healthy
+			var stable stability
 			// --watch redraws in place at a terminal (a table, not JSON),
 			// and appends when piped.
 			redraw := watch && !asJSON && isTerminal(out)
@@ -372,7 +372,7 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 				s, err = g.status(ctx)
 				if err != nil && ctx.Err() == nil {
 					lastErr = err
-					healthySince = time.Time{}
+					stable.see(false, time.Now(), stableFor)
 					if watch && err.Error() != last {
 						last = err.Error()
 						fmt.Fprintf(out, "%s  cannot read the cluster: %v\n", time.Now().Format("15:04:05"), err)
@@ -394,14 +394,9 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 							}
 						}
 					}
-					if !s.Health.Healthy {
-						healthySince = time.Time{}
-					} else if healthySince.IsZero() {
-						healthySince = time.Now()
-					}
 					// Healthy on every read for --stable-for: a flapping
 					// cluster does not pass.
-					if waitHealthy && s.Health.Healthy && time.Since(healthySince) >= stableFor {
+					if stable.see(s.Health.Healthy, time.Now(), stableFor) && waitHealthy {
 						if !watch {
 							if err := show(s); err != nil {
 								return err
@@ -422,7 +417,7 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 						return exitWith(exitDegraded, fmt.Errorf("not healthy within %s: %s", bound, strings.Join(s.Health.Problems, "; ")))
 					}
 					return nil
-				case <-time.After(pause(every, stableFor, healthySince, waitHealthy)):
+				case <-time.After(pause(every, stableFor, stable.since, waitHealthy)):
 				}
 			}
 		},
@@ -439,6 +434,24 @@ wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`
 type statusError struct {
 	Error string `json:"error"`
 	Exit  int    `json:"exit"`
+}
+
+// stability is --wait-healthy's memory: since when every read was healthy.
+type stability struct {
+	since time.Time // zero: the last read was not healthy (or failed)
+}
+
+// see records a read at now and reports whether every read has been
+// healthy for at least d.
+func (s *stability) see(healthy bool, now time.Time, d time.Duration) bool {
+	switch {
+	case !healthy:
+		s.since = time.Time{}
+		return false
+	case s.since.IsZero():
+		s.since = now
+	}
+	return now.Sub(s.since) >= d
 }
 
 // pause is how long the status loop waits before its next read: --every,
