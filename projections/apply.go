@@ -357,7 +357,11 @@ func (s *State) storeState(ev events.Event, d events.StoreState) Result {
 	st.Until = until
 	st.Since = ev.Seq
 	st.DrainedBy = ""
-	st.Stopped, st.StoppedAt = "", time.Time{}
+	if d.State != events.StoreDraining || st.Stopped != st.Incarnation {
+		// A longer drain of a stopped process (store drain --for) keeps
+		// it stopped: only another state, or another process, ends it.
+		st.Stopped, st.StoppedAt = "", time.Time{}
+	}
 	if d.State == events.StoreDraining {
 		st.DrainedBy = st.Incarnation
 	}
