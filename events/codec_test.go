@@ -25,6 +25,8 @@ func filled(t testing.TB, i int) Payload {
 			fv.SetUint(uint64(1000*i + f + 1))
 		case int:
 			fv.SetInt(-int64(f + 1))
+		case bool:
+			fv.SetBool(true)
 		case string:
 			fv.SetString(fmt.Sprintf("%s-é-%d", v.Type().Field(f).Name, f))
 		case time.Time:

@@ -195,10 +195,14 @@ const (
 )
 
 // StoreState changes a store's state; Until bounds a draining period.
+// Stopping (with draining) is the store's own announcement that its
+// process is stopping for a planned restart (its SIGTERM): from this event
+// on, that incarnation counts as gone, whatever it last reported.
 type StoreState struct {
-	Store string    `json:"store"`
-	State string    `json:"state"`
-	Until time.Time `json:"until,omitzero"`
+	Store    string    `json:"store"`
+	State    string    `json:"state"`
+	Until    time.Time `json:"until,omitzero"`
+	Stopping bool      `json:"stopping,omitempty"`
 }
 
 // ShardCreated creates a shard with its initial replicas {replica id: store}.

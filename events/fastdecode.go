@@ -283,6 +283,25 @@ func (s *scanner) time() time.Time {
 	return t
 }
 
+// bool reads true or false, or null (false: the field of a new payload
+// stays as it is, as encoding/json leaves it).
+func (s *scanner) bool() bool {
+	if s.null() {
+		return false
+	}
+	switch {
+	case s.bad:
+	case bytes.HasPrefix(s.b[s.i:], []byte("true")):
+		s.i += 4
+		return true
+	case bytes.HasPrefix(s.b[s.i:], []byte("false")):
+		s.i += 5
+		return false
+	}
+	s.fail()
+	return false
+}
+
 // null reads a null if one is next.
 func (s *scanner) null() bool {
 	s.ws()
@@ -484,13 +503,15 @@ func onePassStoreState(s *scanner) Payload {
 	var p StoreState
 	var seen uint32
 	for more := s.open(); more; more = s.more() {
-		switch s.field(&seen, "store", "state", "until") {
+		switch s.field(&seen, "store", "state", "until", "stopping") {
 		case 0:
 			p.Store = s.string()
 		case 1:
 			p.State = s.string()
 		case 2:
 			p.Until = s.time()
+		case 3:
+			p.Stopping = s.bool()
 		}
 	}
 	return p

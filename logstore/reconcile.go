@@ -538,6 +538,10 @@ func (r *Reconciler) waiting(err error) {
 	r.warned = err.Error()
 	r.mu.Unlock()
 	if first {
-		r.cfg.Logger.Warn().Err(err).Msg("reconcile waiting")
+		ev := r.cfg.Logger.Warn()
+		if errors.Is(err, errNoView) {
+			ev = r.cfg.Logger.Info() // every start waits for its first view
+		}
+		ev.Err(err).Msg("reconcile waiting")
 	}
 }

@@ -55,6 +55,7 @@ type Store struct {
 	proj        *view.Projector
 	rec         *Reconciler
 	incarnation string
+	started     time.Time // the process's start, in every report
 	logger      zerolog.Logger
 
 	mu         sync.Mutex
@@ -106,7 +107,7 @@ func OpenStore(cfg StoreConfig) (*Store, error) {
 	proj := view.NewProjector(cfg.Log, lg, cfg.Clock, opts...)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), logger: lg, outcomes: map[string]*atomic.Uint64{}}
+	s := &Store{cfg: cfg, host: h, proj: proj, incarnation: hex.EncodeToString(b), started: cfg.Clock.Now().UTC(), logger: lg, outcomes: map[string]*atomic.Uint64{}}
 	for _, o := range []string{client.OutcomeApplied, client.OutcomeRejected, client.OutcomeRetry, client.OutcomeUnknown, client.OutcomeError, client.OutcomeRefused} {
 		s.outcomes[o] = new(atomic.Uint64)
 	}
@@ -201,7 +202,7 @@ func (s *Store) heartbeatLoop(ctx context.Context) {
 		s.mu.Unlock()
 		var err error
 		if !registered {
-			_, err = s.request(ctx, client.RPCStoreRegister, client.StoreRegisterRequest{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation, RaftAddr: s.host.RaftAddr()})
+			_, err = s.request(ctx, client.RPCStoreRegister, client.StoreRegisterRequest{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation, RaftAddr: s.host.RaftAddr(), Started: s.started})
 			if err == nil {
 				s.logger.Info().Str("raft_addr", s.host.RaftAddr()).Str("incarnation", s.incarnation).Msg("store registered")
 				s.mu.Lock()
@@ -229,7 +230,7 @@ func (s *Store) heartbeatLoop(ctx context.Context) {
 }
 
 func (s *Store) heartbeat() client.StoreHeartbeat {
-	hb := client.StoreHeartbeat{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation}
+	hb := client.StoreHeartbeat{Store: s.cfg.Host.StoreID, Incarnation: s.incarnation, Started: s.started}
 	for _, si := range s.host.ShardInfos() {
 		hb.Shards = append(hb.Shards, client.ShardReport{Shard: si.Shard, Replica: si.Replica, Replicas: si.Replicas,
 			Leader: si.Leader, Term: si.Term, CCID: si.CCID, Pending: si.Pending})

@@ -30,7 +30,10 @@ func HealthBucket(cluster string) string {
 // A reader shows its age: a record that stops moving means no leader is
 // publishing.
 type HealthRecord struct {
-	Leader         string    `json:"leader"`
+	Leader string `json:"leader"`
+	// LeaderStarted is when the leader's process started its replica: a
+	// record of a meta process from before a restart says so.
+	LeaderStarted  time.Time `json:"leader_started,omitzero"`
 	Term           uint64    `json:"term"`
 	Seq            uint64    `json:"seq"` // the projected seq it reflects
 	At             time.Time `json:"at"`  // when the leader wrote it (the leader's clock)
@@ -186,6 +189,12 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 		case <-l.r.cfg.Clock.After(tick):
 		}
 		rec := l.healthRecord()
+		if rec.Health.Term != l.term {
+			// No scheduling decision of this term yet: a record now would
+			// say nothing of this leader's shards (0 of N), so none is
+			// written (the previous term's says whose it is).
+			continue
+		}
 		// Times move every pass and every heartbeat; a change is a change
 		// of anything else.
 		norm := rec
@@ -228,7 +237,7 @@ func (l *leaderSession) healthRecord() HealthRecord {
 	l.sched.mu.Lock()
 	h := l.sched.health
 	l.sched.mu.Unlock()
-	rec := HealthRecord{Leader: l.r.cfg.ID, Term: l.term, At: l.r.cfg.Clock.Now(), Health: h, Recovery: l.recovery()}
+	rec := HealthRecord{Leader: l.r.cfg.ID, LeaderStarted: l.r.started, Term: l.term, At: l.r.cfg.Clock.Now(), Health: h, Recovery: l.recovery()}
 	l.r.proj.Peek(func(v *projections.State) {
 		rec.Seq = v.Seq
 		rec.Workers = len(v.Workers)

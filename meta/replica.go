@@ -130,9 +130,10 @@ func (c *Config) defaults() error {
 // Replica is one meta replica. Every replica projects the stream; the one
 // that holds the lease also runs the leader duties.
 type Replica struct {
-	cfg  Config
-	log  zerolog.Logger
-	proj *view.Projector
+	started time.Time // when this process made the replica: in its health records
+	cfg     Config
+	log     zerolog.Logger
+	proj    *view.Projector
 
 	mu         sync.Mutex
 	leader     *leaderSession // nil when following
@@ -217,6 +218,7 @@ func New(cfg Config) (*Replica, error) {
 	lg := cfg.Logger.With().Str("replica", cfg.ID).Logger()
 	return &Replica{
 		cfg:      cfg,
+		started:  cfg.Clock.Now().UTC(),
 		log:      lg,
 		proj:     view.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
 		stepDown: make(chan struct{}, 1),
@@ -298,7 +300,11 @@ func (r *Replica) campaign(ctx context.Context) {
 		switch {
 		case err == nil:
 			term, reason := r.lead(ctx, lease)
-			r.log.Warn().Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
+			ev := r.log.Warn()
+			if reason == reasonShutdown || reason == reasonStepDown {
+				ev = r.log.Info() // asked for: a clean stop logs no warning
+			}
+			ev.Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
 			if reason == reasonStepDown {
 				// Let another replica win the next round.
 				select {

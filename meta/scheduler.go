@@ -85,7 +85,7 @@ func (l *leaderSession) storeRegister(ctx context.Context, req client.StoreRegis
 	var registered bool
 	l.r.proj.Peek(func(v *projections.State) { rep, registered = decide.StoreRegistered(v, req) })
 	if registered {
-		l.sched.report(req.Store, sched.Report{Incarnation: req.Incarnation, At: l.r.cfg.Clock.Now()})
+		l.sched.report(req.Store, sched.Report{Incarnation: req.Incarnation, Started: req.Started, At: l.r.cfg.Clock.Now()})
 	}
 	return rep
 }
@@ -97,7 +97,7 @@ func (l *leaderSession) storeHeartbeat(_ context.Context, hb client.StoreHeartbe
 	var known bool
 	l.r.proj.Peek(func(v *projections.State) { rep, known = decide.StoreHeartbeat(v, hb) })
 	if known {
-		l.sched.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
+		l.sched.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, Started: hb.Started, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
 	}
 	return rep
 }

@@ -100,35 +100,35 @@ func writeDirOnce(dir string, complete func(string) error, what string, write fu
 	if err := complete(dir); err == nil {
 		return false, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("natsserver: %s: %w", dir, err)
+		return false, fmt.Errorf("%s: %w", dir, err)
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		if complete(dir) == nil {
 			return false, nil // another process renamed its files in since the first look
 		}
-		return false, fmt.Errorf("natsserver: %s exists but lacks %s: remove it or pick another", dir, what)
+		return false, fmt.Errorf("%s exists but lacks %s: remove it or pick another", dir, what)
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return false, fmt.Errorf("natsserver: %w", err)
+		return false, fmt.Errorf("%w", err)
 	}
 	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+"-*")
 	if err != nil {
-		return false, fmt.Errorf("natsserver: %w", err)
+		return false, fmt.Errorf("%w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
 	if err := os.Chmod(tmp, 0o700); err != nil {
-		return false, fmt.Errorf("natsserver: %w", err)
+		return false, fmt.Errorf("%w", err)
 	}
 	if err := write(tmp); err != nil {
-		return false, fmt.Errorf("natsserver: %s: %w", dir, err)
+		return false, fmt.Errorf("%s: %w", dir, err)
 	}
 	// An empty dir is replaced by the rename; a non-empty one makes it fail.
 	if err := os.Rename(tmp, dir); err != nil {
 		if complete(dir) == nil {
 			return false, nil // another process won
 		}
-		return false, fmt.Errorf("natsserver: %s: %w", dir, err)
+		return false, fmt.Errorf("%s: %w", dir, err)
 	}
 	return true, nil
 }
@@ -165,17 +165,17 @@ type ServerAuth struct {
 // LoadServerAuth reads every role's PublicKeyFile from dir.
 func LoadServerAuth(dir, cluster string) (*ServerAuth, error) {
 	if err := wire.ValidCluster(cluster); err != nil {
-		return nil, fmt.Errorf("natsserver: server auth: %w", err)
+		return nil, fmt.Errorf("server auth: %w", err)
 	}
 	a := &ServerAuth{Cluster: cluster, Keys: map[Role]string{}}
 	for _, r := range Roles() {
 		b, err := os.ReadFile(PublicKeyFile(dir, r))
 		if err != nil {
-			return nil, fmt.Errorf("natsserver: server auth: %w (create the role keys with `termlog auth init --dir %s`)", err, dir)
+			return nil, fmt.Errorf("server auth: %w (create the role keys with `termlog auth init --dir %s`)", err, dir)
 		}
 		pub := strings.TrimSpace(string(b))
 		if !nkeys.IsValidPublicUserKey(pub) {
-			return nil, fmt.Errorf("natsserver: server auth: %s is not an NKey user public key", PublicKeyFile(dir, r))
+			return nil, fmt.Errorf("server auth: %s is not an NKey user public key", PublicKeyFile(dir, r))
 		}
 		a.Keys[r] = pub
 	}
@@ -319,20 +319,20 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 func ClientOptions(seedFile string) ([]nats.Option, error) {
 	b, err := os.ReadFile(seedFile)
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: credentials: %w", err)
+		return nil, fmt.Errorf("credentials: %w", err)
 	}
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: credentials %s: %w", seedFile, err)
+		return nil, fmt.Errorf("credentials %s: %w", seedFile, err)
 	}
 	defer kp.Wipe()
 	pub, err := kp.PublicKey()
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: credentials %s: %w", seedFile, err)
+		return nil, fmt.Errorf("credentials %s: %w", seedFile, err)
 	}
 	opt, err := nats.NkeyOptionFromSeed(seedFile)
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: credentials %s: %w", seedFile, err)
+		return nil, fmt.Errorf("credentials %s: %w", seedFile, err)
 	}
 	return []nats.Option{opt, nats.CustomInboxPrefix(InboxPrefix(pub))}, nil
 }

@@ -211,13 +211,13 @@ type Server struct {
 // The caller must call Shutdown.
 func StartServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DataDir == "" {
-		return nil, errors.New("natsserver: start server: DataDir is required")
+		return nil, errors.New("start NATS server: DataDir is required")
 	}
 	if cfg.Host == "" {
 		cfg.Host = loopback
 	}
 	if cfg.Host != loopback {
-		return nil, fmt.Errorf("natsserver: start server: host %q: only %s is allowed", cfg.Host, loopback)
+		return nil, fmt.Errorf("start NATS server: host %q: only %s is allowed", cfg.Host, loopback)
 	}
 	port := cfg.Port
 	if port == 0 {
@@ -228,10 +228,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	routes, err := cfg.routeURLs()
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: start server: %w", err)
+		return nil, fmt.Errorf("start NATS server: %w", err)
 	}
 	if cfg.Sync != SyncAlways && cfg.Sync != SyncInterval {
-		return nil, fmt.Errorf("natsserver: start server: unknown sync policy %d", int(cfg.Sync))
+		return nil, fmt.Errorf("start NATS server: unknown sync policy %d", int(cfg.Sync))
 	}
 	opts := &server.Options{
 		ServerName:         cfg.Name,
@@ -268,14 +268,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	var ready nkeys.KeyPair
 	if cfg.Auth != nil {
 		if opts.Nkeys, err = cfg.Auth.users(); err != nil {
-			return nil, fmt.Errorf("natsserver: start server: %w", err)
+			return nil, fmt.Errorf("start NATS server: %w", err)
 		}
 		if ready, err = nkeys.CreateUser(); err != nil {
-			return nil, fmt.Errorf("natsserver: start server: %w", err)
+			return nil, fmt.Errorf("start NATS server: %w", err)
 		}
 		pub, err := ready.PublicKey()
 		if err != nil {
-			return nil, fmt.Errorf("natsserver: start server: %w", err)
+			return nil, fmt.Errorf("start NATS server: %w", err)
 		}
 		opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: pub, Permissions: &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: []string{jsAPI + "INFO"}},
@@ -284,7 +284,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: start server: %w", err)
+		return nil, fmt.Errorf("start NATS server: %w", err)
 	}
 	// Always our logger: the server reports fatal start errors (a port in
 	// use) through it, and the stock logger would exit the process.
@@ -297,12 +297,12 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		select {
 		case msg := <-logger.fatal:
 			s.Shutdown()
-			return nil, fmt.Errorf("natsserver: start server: %s", msg)
+			return nil, fmt.Errorf("start NATS server: %s", msg)
 		default:
 		}
 		if time.Now().After(deadline) {
 			s.Shutdown()
-			return nil, fmt.Errorf("natsserver: start server: not ready for connections after %s (%s:%d, data dir %s)",
+			return nil, fmt.Errorf("start NATS server: not ready for connections after %s (%s:%d, data dir %s)",
 				cfg.ReadyTimeout, cfg.Host, cfg.Port, cfg.DataDir)
 		}
 	}
@@ -310,14 +310,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	defer cancel()
 	if err := s.waitEnabled(ctx, logger.fatal); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("natsserver: start server: %w", err)
+		return nil, fmt.Errorf("start NATS server: %w", err)
 	}
 	if cfg.clustered() {
 		return s, nil
 	}
 	if err := s.waitAnswers(ctx); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("natsserver: start server: %w", err)
+		return nil, fmt.Errorf("start NATS server: %w", err)
 	}
 	return s, nil
 }
@@ -393,12 +393,12 @@ func (s *Server) WaitJetStream(ctx context.Context) (string, error) {
 	for s.cfg.clustered() && s.MetaLeader() == "" {
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("natsserver: server %s: no JetStream meta leader: %w", s.cfg.Name, ctx.Err())
+			return "", fmt.Errorf("NATS server %s: no JetStream meta leader: %w", s.cfg.Name, ctx.Err())
 		case <-tick.C:
 		}
 	}
 	if err := s.waitAnswers(ctx); err != nil {
-		return "", fmt.Errorf("natsserver: server %s: %w", s.cfg.Name, err)
+		return "", fmt.Errorf("NATS server %s: %w", s.cfg.Name, err)
 	}
 	return s.MetaLeader(), nil
 }
@@ -451,7 +451,7 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: connect to embedded server: %w", err)
+		return nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	return nc, nil
 }

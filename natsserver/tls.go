@@ -109,7 +109,7 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 func ServerTLSConfig(certFile, keyFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: TLS certificate: %w", err)
+		return nil, fmt.Errorf("TLS certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
@@ -135,11 +135,11 @@ func MutualTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("natsserver: TLS CA: %w", err)
+		return nil, fmt.Errorf("TLS CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("natsserver: TLS CA %s: no PEM certificate", caFile)
+		return nil, fmt.Errorf("TLS CA %s: no PEM certificate", caFile)
 	}
 	c.RootCAs, c.ClientCAs, c.ClientAuth = pool, pool, tls.RequireAndVerifyClientCert
 	return c, nil

@@ -378,15 +378,25 @@ func (s *State) storeState(ev events.Event, d events.StoreState) Result {
 			return invalid("store %s draining until %s: year out of range", d.Store, d.Until.Format(time.RFC3339))
 		}
 	}
-	if st.State == d.State && st.Until.Equal(until) {
+	stopping := d.Stopping && d.State == events.StoreDraining
+	if st.State == d.State && st.Until.Equal(until) && (!stopping || st.Stopped == st.Incarnation) {
 		return noop("store %s already %s", d.Store, d.State)
 	}
 	st.State = d.State
 	st.Until = until
 	st.Since = ev.Seq
 	st.DrainedBy = ""
+	if d.State != events.StoreDraining || st.Stopped != st.Incarnation {
+		// A longer drain of a stopped process (store drain --for) keeps
+		// it stopped: only another state, or another process, ends it.
+		st.Stopped, st.StoppedAt = "", time.Time{}
+	}
 	if d.State == events.StoreDraining {
 		st.DrainedBy = st.Incarnation
+	}
+	if stopping {
+		st.Stopped, st.StoppedAt = st.Incarnation, ev.At.UTC()
+		return applied("store %s %s: its process stops for a planned restart", d.Store, d.State)
 	}
 	return applied("store %s %s", d.Store, d.State)
 }

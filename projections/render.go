@@ -32,6 +32,9 @@ func (s *State) Render() string {
 		if st.DrainedBy != "" {
 			fmt.Fprintf(&b, " drained_by=%s", st.DrainedBy)
 		}
+		if st.Stopped != "" {
+			fmt.Fprintf(&b, " stopped=%s", st.Stopped)
+		}
 		b.WriteByte('\n')
 	}
 	for _, sh := range s.ListShards() {

@@ -5,6 +5,8 @@ package projections
 
 import (
 	"time"
+
+	"github.com/termlog/termlog/events"
 )
 
 // Worker states.
@@ -37,6 +39,19 @@ type Store struct {
 	// drain can end early only once another incarnation (the restarted
 	// process) runs its replicas.
 	DrainedBy string `json:"drained_by,omitempty"`
+	// Stopped is the incarnation that announced its own planned stop
+	// (store.state draining with stopping), at StoppedAt (the event's
+	// time): that process is stopping or gone, and nothing it reported
+	// counts any more. A registration of another incarnation is the
+	// restarted process.
+	Stopped   string    `json:"stopped,omitempty"`
+	StoppedAt time.Time `json:"stopped_at,omitzero"`
+}
+
+// PlannedStop reports whether the store's registered process announced its
+// own stop (SIGTERM) and no other process has registered since.
+func (st Store) PlannedStop() bool {
+	return st.Stopped != "" && st.Stopped == st.Incarnation && st.State == events.StoreDraining
 }
 
 // Pending is a replica change whose intent is recorded and whose outcome is not.

@@ -329,7 +329,8 @@ type runner struct {
 	// ModeDiff
 	from *projections.State
 	// ModeCheck
-	chk script.Checker
+	chk     script.Checker
+	skipped []string // damaged lines folded as corrupt events (SkipCorrupt)
 	// snap is the snapshot the fold started from, if any.
 	snap *events.SnapshotInfo
 }
@@ -393,6 +394,11 @@ func (r *runner) item(it Item) error {
 			return fmt.Errorf("corrupt line: %w", it.Err)
 		}
 		fmt.Fprintf(r.o.Diag, "replay: skipped corrupt %v (folded as a corrupt event)\n", it.Err)
+		where := fmt.Sprintf("seq %d", it.Seq)
+		if it.Line > 0 {
+			where = fmt.Sprintf("line %d", it.Line)
+		}
+		r.skipped = append(r.skipped, where)
 	}
 	if r.o.Mode == ModeDiff && r.from == nil && it.Seq > r.o.DiffFrom {
 		r.from = r.f.State().Clone()
@@ -500,6 +506,11 @@ func (r *runner) finish() error {
 	case ModeCheck:
 		if err := r.chk.End(); err != nil {
 			return r.checkFailed(err)
+		}
+		if n := len(r.skipped); n > 0 {
+			// --skip-corrupt reads on, but a log with damaged lines does
+			// not pass a check.
+			return &CheckError{Seq: s.Seq, Events: r.f.Count(), Err: fmt.Errorf("%d damaged line(s) skipped (%s): the log is not intact", n, strings.Join(r.skipped, ", "))}
 		}
 		if r.o.JSON {
 			r.printJSON(checkJSON{OK: true, Events: r.f.Count(), Seq: s.Seq, Hash: s.Hash()})

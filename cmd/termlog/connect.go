@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	neturl "net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events/natslog"
@@ -208,10 +211,18 @@ func (s *session) leaderRPC(ctx context.Context, rpc string, req any) (client.Re
 		return client.Reply{}, fmt.Errorf("malformed reply to %s: %w", subject, err)
 	}
 	if rep.Error != nil {
-		return rep, rep.Error
+		return rep, leaderRefusal{rep.Error}
 	}
 	return rep, nil
 }
+
+// leaderRefusal is the meta leader's error reply as a user reads it: its
+// message, without the wire code ("bad_request: ..."), which errors.As
+// still finds.
+type leaderRefusal struct{ e *client.RPCError }
+
+func (r leaderRefusal) Error() string { return "meta leader: " + r.e.Message }
+func (r leaderRefusal) Unwrap() error { return r.e }
 
 // connectError says in one line why a connection failed and what to do.
 func connectError(url string, role natsserver.Role, key string, timeout time.Duration, err error) error {
@@ -245,11 +256,101 @@ func fatalConnectError(err error) bool {
 		strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "tls:")
 }
 
+// keyRole names the role whose key seed is: the role of the auth dir
+// (--auth-dir, else the seed's own dir) whose public key it has; "" when
+// none matches.
+func (g *globals) keyRole(seed string) natsserver.Role {
+	if seed == "" {
+		return ""
+	}
+	b, err := os.ReadFile(seed)
+	if err != nil {
+		return ""
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return ""
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return ""
+	}
+	dirs := []string{filepath.Dir(seed)}
+	if g.auth.authDir != "" {
+		dirs = append([]string{g.auth.authDir}, dirs...)
+	}
+	for _, dir := range dirs {
+		for _, r := range natsserver.Roles() {
+			if p, err := os.ReadFile(natsserver.PublicKeyFile(dir, r)); err == nil && strings.TrimSpace(string(p)) == pub {
+				return r
+			}
+		}
+	}
+	return ""
+}
+
+// permanentError is an error of a long-running role that no wait mends
+// (a permissions violation, an authorization failure): the role exits
+// with it, where a transient one (NATS down, an election) is waited out.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// roleRefused is the error of a long-running role whose key the server
+// refuses: which role the key belongs to, which one the role needs.
+func (g *globals) roleRefused(role natsserver.Role, err error) error {
+	seed := g.seedFile(role)
+	what := "refused"
+	if i := strings.Index(err.Error(), "Violation for "); i >= 0 {
+		// nats.go's text, without its prefixes: "publish to X".
+		d := err.Error()[i+len("Violation for "):]
+		what = "refused: the server does not allow " + strings.ToLower(d[:1]) + d[1:]
+	}
+	if errors.Is(err, nats.ErrAuthorization) {
+		what = "authorization failed"
+	}
+	switch kr := g.keyRole(seed); {
+	case seed == "":
+		return permanentError{fmt.Errorf("%s: this %s connects without a key; pass the auth dir the server was started with (--auth-dir DIR) or --creds with the %s key (%s.nk)", what, role, role, role)}
+	case kr != "" && kr != role:
+		return permanentError{fmt.Errorf("%s: the key %s is the %s role's key; this process runs as role %s and needs the %s key (%s.nk)", what, seed, kr, role, role, role)}
+	case kr == role:
+		return permanentError{fmt.Errorf("%s: the key %s is the %s key, but the server refuses it: the server's keys were made for another --cluster than %q, or for another server", what, seed, role, g.cluster)}
+	}
+	return permanentError{fmt.Errorf("%s: the key %s is not a key of role %s of this server (this process needs the %s key, %s.nk), or the server's keys were made for another --cluster than %q", what, seed, role, role, role, g.cluster)}
+}
+
+// roleContext is parent, ended also by a permanent error passed to fatal;
+// result is the error the role ends with: that permanent error if there
+// was one, else err. stop releases the context.
+func roleContext(parent context.Context) (ctx context.Context, fatal func(error), result func(error) error, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	fatal = func(err error) { cancel(err) } // the first cause stays
+	result = func(err error) error {
+		if pe, ok := permanent(ctx); ok {
+			return pe
+		}
+		return err
+	}
+	return ctx, fatal, result, func() { cancel(nil) }
+}
+
+// permanent is the permanent error that ended ctx, if one did.
+func permanent(ctx context.Context) (permanentError, bool) {
+	var pe permanentError
+	ok := errors.As(context.Cause(ctx), &pe)
+	return pe, ok
+}
+
 // connectRole connects a long-running role (meta, worker, logstore) to the
 // --nats URLs, waiting with backoff, and saying so, while nothing answers;
 // wrong credentials fail at once. The connection reconnects forever and
-// logs losing and regaining NATS.
-func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role) (*nats.Conn, error) {
+// logs losing and regaining NATS. A permissions violation or an
+// authorization failure on the connection is permanent: fatal gets it
+// (once), and the role ends with it.
+func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role, fatal func(error)) (*nats.Conn, error) {
 	ro, err := g.roleOptions(role)
 	if err != nil {
 		return nil, err
@@ -257,6 +358,10 @@ func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name strin
 	opts := append(roleConnOptions(name), ro...)
 	opts = append(opts,
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if fatal != nil && (errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization)) {
+				fatal(g.roleRefused(role, err))
+				return
+			}
 			ev := lg.Warn().Err(err)
 			if sub != nil {
 				ev = ev.Str("subject", sub.Subject)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // lockFileName is the lock a process holds on its data dir while it runs.
@@ -53,4 +54,50 @@ func lockDataDir(dir, what string) (*dirLock, error) {
 func (l *dirLock) Unlock() {
 	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	l.f.Close()
+}
+
+// stopHolder stops the process that holds dir's lock: SIGTERM to the pid
+// it wrote in the lock file, then it waits until the lock is free (the
+// process is gone) or wait passes. It returns the holder's line.
+func stopHolder(dir string, wait time.Duration) (string, error) {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%s: no process has run on this data dir (no %s)", dir, lockFileName)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	free := func() bool {
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			return true
+		}
+		return false
+	}
+	if free() {
+		return "", fmt.Errorf("%s: no process holds this data dir: nothing to stop", dir)
+	}
+	b, _ := os.ReadFile(path)
+	who := strings.TrimSpace(string(b))
+	i := strings.LastIndex(who, "(pid ")
+	pid := 0
+	if i >= 0 {
+		pid, _ = strconv.Atoi(strings.TrimSuffix(who[i+len("(pid "):], ")"))
+	}
+	if pid <= 0 {
+		return who, fmt.Errorf("%s: the lock file names no pid (%q)", dir, who)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return who, fmt.Errorf("stop %s: %w", who, err)
+	}
+	deadline := time.Now().Add(wait)
+	for !free() {
+		if time.Now().After(deadline) {
+			return who, fmt.Errorf("%s did not stop within %s (SIGTERM sent)", who, wait)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the lock: the kernel frees it when the process ends
+	}
+	return who, nil
 }

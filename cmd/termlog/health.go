@@ -91,7 +91,9 @@ func printHealth(w io.Writer, h Health) {
 		}
 		for _, st := range rec.Stores {
 			line := fmt.Sprintf("  store %-10s %-9s", st.Store, st.State)
-			if st.LastHeartbeat.IsZero() {
+			if st.Stopped {
+				line += "  stopped for a planned restart at " + st.StoppedAt.Format(time.RFC3339)
+			} else if st.LastHeartbeat.IsZero() {
 				line += "  no heartbeat this term"
 			} else {
 				line += fmt.Sprintf("  heartbeat %s before the record", rec.At.Sub(st.LastHeartbeat).Round(100*time.Millisecond))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -113,7 +114,15 @@ func shardHealth(s Status, shard uint64) (running int, leader string, ok bool) {
 //     seconds; /metrics shows the same numbers;
 //   - a rolling restart of the three stores, one at a time (SIGTERM,
 //     start, `status --wait-healthy`), replaces nothing: each store drains
-//     itself on SIGTERM, however long it stays down.
+//     itself on SIGTERM, however long it stays down;
+//   - issue 20's gates: the README's loop with no pause between restart
+//     and gate (`store stop --data`, start, `status --wait-healthy`): the
+//     first status after a store's process is reaped exits 1 naming the
+//     planned stop and the shard at 2/3; each gate passes only once the
+//     restarted store's own /metrics runs its replica, the meta leader's
+//     /metrics knows the shard's Raft leader, and nothing was replaced;
+//     status right after `meta stepdown --wait` exits 0; `status --bogus`
+//     exits 2.
 func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -248,5 +257,72 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	r = runEnv(t, bin, nil, "replay", "--type", "operator.started")
 	if strings.Contains(r.stdout, "operator.started") {
 		t.Fatalf("the rolling restart started operators:\n%s", r.stdout)
+	}
+
+	// A second meta replica, for the stepdown below.
+	meta2Metrics := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	m2 := startProc(t, bin, "meta", "run", "--id", "meta-2", "--shards", "1", "--store-timeout", "6s", "--metrics-addr", meta2Metrics)
+	m2.waitIn(t, &m2.errOut, "meta replica starting")
+
+	// The README's loop, with no pause between the restart and the gate:
+	// `store stop --data` (SIGTERM, then it waits until the process has
+	// exited), start it again at once, `status --wait-healthy`.
+	members := map[uint64]string{1: "store-1", 2: "store-2", 3: "store-3"}
+	for _, st := range stores {
+		if r := runEnv(t, bin, nil, "store", "stop", "--data", st.data); r.code != 0 || !strings.Contains(r.stdout, "stopped termlog logstore --id "+st.id) {
+			t.Fatalf("store stop --data %s: exit %d\n%s\n%s", st.data, r.code, r.stdout, r.stderr)
+		}
+		select {
+		case err := <-st.p.done:
+			if err != nil {
+				t.Fatalf("%s exited with %v:\n%s", st.id, err, st.p.errOut.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s still running after store stop returned", st.id)
+		}
+		// The process is reaped: the very first status says so.
+		reaped := time.Now()
+		code, s, stderr := statusJSON(t, bin)
+		took := time.Since(reaped)
+		problems := strings.Join(s.Health.Problems, "\n")
+		if code != 1 || !strings.Contains(problems, st.id+" stopped for a planned restart at ") || !strings.Contains(problems, "drained until ") || !strings.Contains(problems, "shard 1: 2/3 running") {
+			t.Fatalf("first status after %s exited: exit %d, problems:\n%s\nstderr %s", st.id, code, problems, stderr)
+		}
+		t.Logf("first status after %s's exit: exit %d in %s, problems %q", st.id, code, took.Round(time.Millisecond), s.Health.Problems)
+		start(st)
+		gate := time.Now()
+		if r := runEnv(t, bin, nil, "status", "--wait-healthy", "--timeout", "60s"); r.code != 0 {
+			t.Fatalf("after restarting %s: status --wait-healthy exit %d\n%s\n%s", st.id, r.code, r.stdout, r.stderr)
+		}
+		// Checked from the outside, not by the judge: the restarted
+		// store's own /metrics runs its replica, the shard has a Raft
+		// leader (the meta leader's /metrics), nothing was replaced.
+		if got := scrape(t, st.metrics, "termlog_store_replicas_running", "store")[st.id]; got != 1 {
+			t.Fatalf("the gate passed %s after restarting %s, whose /metrics shows %v replicas running", time.Since(gate).Round(time.Millisecond), st.id, got)
+		}
+		leader := max(scrape(t, metaMetrics, "termlog_shard_leader_known", "shard")["1"], scrape(t, meta2Metrics, "termlog_shard_leader_known", "shard")["1"])
+		if leader != 1 {
+			t.Fatalf("the gate passed after restarting %s, but no meta leader's /metrics knows shard 1's Raft leader", st.id)
+		}
+		_, s, _ = statusJSON(t, bin)
+		if len(s.Shards) != 1 || !maps.Equal(s.Shards[0].Members, members) || s.Shards[0].Leader == 0 {
+			t.Fatalf("after restarting %s: shards %+v, want members %v with a leader", st.id, s.Shards, members)
+		}
+		t.Logf("%s restarted; the gate passed after %s", st.id, time.Since(gate).Round(time.Millisecond))
+	}
+	if r := runEnv(t, bin, nil, "replay", "--type", "operator.started"); strings.Contains(r.stdout, "operator.started") {
+		t.Fatalf("the rolling restart without pauses started operators:\n%s", r.stdout)
+	}
+
+	// Right after `meta stepdown --wait`, status judges the new leader's
+	// record: healthy.
+	if r := runEnv(t, bin, nil, "meta", "stepdown", "--wait"); r.code != 0 {
+		t.Fatalf("meta stepdown --wait: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runEnv(t, bin, nil, "status"); r.code != 0 {
+		t.Fatalf("status right after meta stepdown --wait: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runEnv(t, bin, nil, "status", "--bogus"); r.code != 2 {
+		t.Fatalf("status --bogus: exit %d, want 2 (a usage error)\n%s", r.code, r.stderr)
 	}
 }

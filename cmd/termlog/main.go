@@ -8,27 +8,83 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/termlog/termlog/internal/wire"
 	"github.com/termlog/termlog/logstore"
+	"github.com/termlog/termlog/replay"
 )
 
 func main() {
 	configureZerolog()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRoot().ExecuteContext(ctx); err != nil {
+	if cmd, err := newRoot().ExecuteContextC(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "termlog:", err)
-		code := 1
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
+		os.Exit(exitCode(cmd, err))
+	}
+}
+
+// Exit statuses. A read command (status, worker list, replay and its
+// export: annotated readCommand) exits 0 when all is well, 1 when what it
+// read is degraded (status) or fails its check (replay --check), 2 when it
+// could not read; a usage error is 2 for every command, never 1, so a gate
+// script never takes a typo for a degraded cluster.
+const (
+	exitDegraded   = 1 // the cluster is readable and not healthy
+	exitUnreadable = 2 // the cluster could not be read, or a usage error
+)
+
+// readCommand is the annotation that marks a read command.
+const readCommand = "termlog-read"
+
+// usageError is a command line that cannot run: exit 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usage makes err a usage error.
+func usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
+// exitCode is the exit status of cmd's err.
+func exitCode(cmd *cobra.Command, err error) int {
+	var ee *exitError
+	var ue usageError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "unknown command"):
+		return exitUnreadable
+	}
+	if cmd != nil && cmd.Annotations[readCommand] != "" {
+		var ce *replay.CheckError
+		if errors.As(err, &ce) {
+			return exitDegraded
 		}
-		os.Exit(code)
+		return exitUnreadable
+	}
+	return 1
+}
+
+// usageErrors makes every command's flag and argument errors usage errors.
+func usageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error { return usage(args(c, a)) }
+	}
+	for _, c := range cmd.Commands() {
+		usageErrors(c)
 	}
 }
 
@@ -67,7 +123,12 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			if g.envErr != nil {
-				return g.envErr
+				return usage(g.envErr)
+			}
+			// The cluster name is part of every subject and of the
+			// stream's name: checked here, not by a server's refusal.
+			if err := wire.ValidCluster(g.cluster); err != nil {
+				return usage(fmt.Errorf("--cluster %q: %w", g.cluster, err))
 			}
 			// Checked before anything starts, by every command.
 			lg, err := g.logger()
@@ -88,6 +149,7 @@ func newRoot() *cobra.Command {
 	pf.Var(positiveDuration(&g.timeout, 5*time.Second), "timeout", "interactive commands (status, replay, worker list, stepdown, store drain, import): give up on NATS, a JetStream request or the leader after this long, naming the cause")
 	g.auth.register(root)
 	root.AddCommand(newAuthCmd(g), newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g), newWeb(g), newBench(g), newVersion())
+	usageErrors(root)
 	g.envErr = applyEnv(pf)
 	return root
 }

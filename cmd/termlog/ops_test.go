@@ -111,7 +111,13 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 		args []string
 		env  []string
 		want []string
+		code int // 0: 2 for a flag that does not parse or a read command, else 1
 	}{
+		// A cluster name the stream's name cannot take: a usage error,
+		// for every command, before anything connects.
+		{args: []string{"status", "--cluster", "a.b"}, want: []string{`--cluster "a.b"`, "only letters, digits"}, code: exitUnreadable},
+		{args: []string{"logstore", "--cluster", "a b", "--nats", nowhere}, want: []string{`--cluster "a b"`}, code: exitUnreadable},
+		{args: []string{"meta", "run", "--cluster", "", "--nats", nowhere}, want: []string{"empty cluster name"}, code: exitUnreadable},
 		{args: []string{"worker", "run", "--endpoint", busy.Addr().String(), "--nats", nowhere}, want: []string{"--endpoint", "address already in use"}},
 		{args: []string{"worker", "run", "--endpoint", "nohost", "--nats", nowhere}, want: []string{"nohost"}},
 		{args: []string{"up", "--lease", "0"}, want: []string{`"--lease"`, "must be > 0"}},
@@ -145,7 +151,17 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 			args = append([]string{"up", "--data", data, "--nats-port", "0"}, args[1:]...)
 		}
 		r := runEnv(t, bin, tc.env, args...)
-		wantOneLineError(t, name, r, tc.want...)
+		// A usage error (a flag that does not parse, a read command's
+		// bad flag) exits 2; a daemon's flag refused by its own check 1.
+		code := tc.code
+		switch {
+		case code != 0:
+		case strings.Contains(r.stderr, "invalid argument") || tc.args[0] == "status":
+			code = exitUnreadable
+		default:
+			code = 1
+		}
+		wantCodeOneLine(t, name, r, code, tc.want...)
 		if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: the data dir was made before the flags were checked (%v)", name, err)
 		}
@@ -176,7 +192,7 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 	// TERMLOG_NATS sets --nats; the flag wins over it.
 	other := fmt.Sprintf("nats://127.0.0.1:%d", testkit.FreePort(t))
 	r := runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "worker", "list")
-	wantOneLineError(t, "TERMLOG_NATS worker list", r, "connect "+nowhere, "nothing is listening")
+	wantUnreadable(t, "TERMLOG_NATS worker list", r, "connect "+nowhere, "nothing is listening")
 	r = runEnv(t, bin, []string{"TERMLOG_NATS=" + nowhere}, "status", "--nats", other)
 	wantUnreadable(t, "TERMLOG_NATS status --nats", r, "connect "+other, "nothing is listening")
 	if r := runEnv(t, bin, []string{"TERMLOG_CLUSTER=east"}, "status", "--help"); !strings.Contains(r.stdout, `[$TERMLOG_CLUSTER]`) || !strings.Contains(r.stdout, `(default "east")`) {
@@ -289,11 +305,19 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 		}
 		args := append(append(append([]string{}, tc.args[:i]...), c...), tc.args[i:]...)
 		r := runEnv(t, bin, nil, args...)
-		if tc.args[0] == "status" {
+		// Read commands exit 2 when they cannot read the cluster.
+		if tc.args[0] == "status" || tc.args[0] == "worker" || tc.args[0] == "replay" && (len(tc.args) == 1 || tc.args[1] != "import") {
 			wantUnreadable(t, tc.name, r, tc.want...)
 			continue
 		}
 		wantOneLineError(t, tc.name, r, tc.want...)
+	}
+
+	// status -o json answers a machine on stdout when it fails too.
+	r0 := runEnv(t, bin, nil, "status", "-o", "json", "--nats", nowhere, "--timeout", "2s")
+	var se statusError
+	if err := json.Unmarshal([]byte(r0.stdout), &se); err != nil || r0.code != exitUnreadable || se.Exit != exitUnreadable || !strings.Contains(se.Error, "nothing is listening") {
+		t.Fatalf("status -o json, nothing listening: exit %d, stdout %q (%v)", r0.code, r0.stdout, err)
 	}
 
 	// A long-running role waits for NATS, but not with keys the server
@@ -301,6 +325,29 @@ func TestCLIFailFastNamesTheCause(t *testing.T) {
 	r := runEnv(t, bin, nil, "meta", "run", "--nats", url, "--auth-dir", other)
 	if r.code != 1 || !strings.Contains(r.stderr, "termlog: connect "+url+" as meta (key "+filepath.Join(other, "meta.nk")+"): wrong credentials") {
 		t.Fatalf("meta run with unknown keys: exit %d\n%s", r.code, r.stderr)
+	}
+	// Nor with another role's key: a permissions violation is permanent.
+	// Each role ends at once naming the role the key belongs to and the
+	// one it needs (bounded at 10 s by the issue; measured well below).
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		key, needs string
+	}{
+		{"meta run as observer", []string{"meta", "run", "--id", "meta-x"}, "observer", "meta"},
+		{"worker run as store", []string{"worker", "run", "--endpoint", fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))}, "store", "worker"},
+		{"logstore as worker", []string{"logstore", "--id", "store-x", "--raft-addr", fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), "--data", filepath.Join(dir, "store-x")}, "worker", "store"},
+	} {
+		began := time.Now()
+		r := runEnv(t, bin, nil, append(tc.args, "--nats", url, "--creds", key(tc.key))...)
+		took := time.Since(began)
+		if r.code == 0 || !strings.Contains(r.stderr, "termlog: refused: ") || !strings.Contains(r.stderr, "is the "+tc.key+" role's key") || !strings.Contains(r.stderr, "needs the "+tc.needs+" key") {
+			t.Fatalf("%s: exit %d after %s\n%s", tc.name, r.code, took, r.stderr)
+		}
+		if took > 10*time.Second {
+			t.Fatalf("%s: exited after %s, want within 10s", tc.name, took)
+		}
+		t.Logf("%s: exit %d after %s", tc.name, r.code, took.Round(time.Millisecond))
 	}
 
 	// A lease bucket without a TTL (made by an older termlog with
@@ -504,6 +551,13 @@ func TestCLIUpDataDirLeaseAndConventions(t *testing.T) {
 	// Another data dir on the same port: the port is named.
 	r = runEnv(t, bin, nil, "up", "--data", t.TempDir(), "--nats-port", fmt.Sprint(port))
 	wantOneLineError(t, "up on a used port", r, fmt.Sprintf("--nats-port %d", port), "address already in use")
+	// A first up that failed leaves no data dir behind.
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	r = runEnv(t, bin, nil, "up", "--data", fresh, "--nats-port", fmt.Sprint(port))
+	wantOneLineError(t, "first up on a used port", r, "address already in use")
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed first up left its data dir %s behind (%v)", fresh, err)
+	}
 
 	first := healthy(t, bin, url, auth)
 	r = runEnv(t, bin, nil, append([]string{"meta", "stepdown", "--wait"}, c...)...)

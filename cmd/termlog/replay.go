@@ -89,8 +89,9 @@ snapshot at or below the seq they need and fold only the events after it
 Progress of long replays goes to stderr. "replay diff A B" compares two views
 (two exports, or a snapshot and an export) and names the first seq after
 which they differ.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "replay"},
+		RunE:        func(cmd *cobra.Command, _ []string) error { return runReplay(cmd, g, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.file, "file", "", "read this JSONL export instead of the live stream (- for stdin)")
@@ -285,7 +286,7 @@ func runToScript(cmd *cobra.Command, f *replayFlags, o replay.Options, stateAt [
 func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	stateAt, err := f.scriptFlags(cmd)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	if f.fromScript != "" {
 		return runFromScript(cmd, f.fromScript)
@@ -295,7 +296,7 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	}
 	o, err := f.options(cmd)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	// --tail -1 (all) is Tail 0, --tail 0 is TailNone.
 	switch tail := f.tail; {
@@ -423,9 +424,10 @@ func bindSnapshots(ctx context.Context, l *natslog.Log, diag io.Writer) events.S
 func newReplayExport(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
-		Use:   "export",
-		Short: "Write the live stream to JSONL (one event a line with its seq; corrupt records kept as raw lines)",
-		Args:  cobra.NoArgs,
+		Use:         "export",
+		Short:       "Write the live stream to JSONL (one event a line with its seq; corrupt records kept as raw lines)",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "replay export"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			l, closeLog, err := openStream(ctx, g, "termlog-replay-export", natsserver.RoleObserver)

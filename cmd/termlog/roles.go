@@ -199,17 +199,19 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 			o.replicas = int(g.replicas)
 			rlg := lg.With().Str("replica", id).Logger()
 			return runRole(rlg, "meta replica", func() error {
-				nc, err := g.connectRole(cmd.Context(), rlg, id, natsserver.RoleMeta)
+				ctx, fatal, result, cancel := roleContext(cmd.Context())
+				defer cancel()
+				nc, err := g.connectRole(ctx, rlg, id, natsserver.RoleMeta, fatal)
 				if err != nil {
 					return err
 				}
 				defer nc.Close()
-				defer watchJetStream(cmd.Context(), nc, rlg)()
-				r, err := startMeta(cmd.Context(), nc, g.cluster, id, o, fps, lg)
+				defer watchJetStream(ctx, nc, rlg)()
+				r, err := startMeta(ctx, nc, g.cluster, id, o, fps, lg)
 				if err != nil {
-					return err
+					return result(err)
 				}
-				stop, err := metricsFor(cmd.Context(), o.metricsAddr, rlg, metaCollector{r: r})
+				stop, err := metricsFor(ctx, o.metricsAddr, rlg, metaCollector{r: r})
 				if err != nil {
 					return err
 				}
@@ -217,17 +219,17 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 				if web.addr != "" {
 					cfg := g.logConfig()
 					cfg.Bind = true
-					l, err := openLogWaiting(cmd.Context(), rlg, nc, cfg)
+					l, err := openLogWaiting(ctx, rlg, nc, cfg)
 					if err != nil {
 						return err
 					}
-					_, stopWeb, err := serveConsole(cmd.Context(), web, g.cluster, nc, l, rlg.With().Str("role", "web").Logger())
+					_, stopWeb, err := serveConsole(ctx, web, g.cluster, nc, l, rlg.With().Str("role", "web").Logger())
 					if err != nil {
 						return err
 					}
 					defer stopWeb()
 				}
-				return r.Run(cmd.Context())
+				return result(r.Run(ctx))
 			})
 		},
 	}
@@ -276,7 +278,7 @@ func newStepdownCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until another replica leads (read from the stream, as status does) and print it and its term")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until another replica leads (read from the stream, as status does), its barrier recovery is complete and it published a health record built after its stores reported; print it and its term")
 	durationFlag(cmd.Flags(), &waitFor, "wait-timeout", 30*time.Second, "with --wait: give up after this long (a new leader takes up to one lease period)")
 	outputFlags(cmd.Flags(), &asJSON)
 	return cmd
@@ -312,6 +314,13 @@ func (g *globals) waitNewLeader(ctx context.Context, old string, oldTerm uint64,
 		st, err := loadStatusFrom(wctx, s, l, zerolog.Nop())
 		switch {
 		case err == nil && st.Term > oldTerm && st.Leader != "" && st.Leader == st.LeaseHolder:
+			// The new leader leads once its barrier recovery is complete
+			// and it published a record built after its stores reported:
+			// a status right after then judges the new leader's view.
+			if why := newLeaderReady(st); why != "" {
+				last = fmt.Sprintf("%s leads in term %d; %s", st.Leader, st.Term, why)
+				break
+			}
 			res.Leader, res.Term, res.TookMS = st.Leader, st.Term, time.Since(start).Milliseconds()
 			return res, nil
 		case err == nil:
@@ -325,6 +334,22 @@ func (g *globals) waitNewLeader(ctx context.Context, old string, oldTerm uint64,
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// newLeaderReady says what the leader of st's term has yet to do before it
+// leads in full ("" when nothing): publish its health record, complete
+// barrier recovery, hear from every store.
+func newLeaderReady(st Status) string {
+	rec := st.Health.Record
+	switch {
+	case rec == nil || rec.Term < st.Term:
+		return "no health record of its term yet"
+	case rec.Recovery.State != meta.RecoveryComplete:
+		return "barrier recovery " + rec.Recovery.State
+	case len(rec.Collecting) > 0:
+		return "collecting reports from " + strings.Join(rec.Collecting, ", ")
+	}
+	return ""
 }
 
 func newSetLeaseCmd(g *globals) *cobra.Command {
@@ -412,8 +437,9 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 			return fmt.Errorf("--endpoint: %w", err)
 		}
 		return runRole(wlg.With().Str("endpoint", endpoint).Logger(), "worker", func() error {
-			ctx := cmd.Context()
-			nc, err := g.connectRole(ctx, wlg, "worker-"+endpoint, natsserver.RoleWorker)
+			ctx, fatal, result, cancel := roleContext(cmd.Context())
+			defer cancel()
+			nc, err := g.connectRole(ctx, wlg, "worker-"+endpoint, natsserver.RoleWorker, fatal)
 			if err != nil {
 				return err
 			}
@@ -440,7 +466,7 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 			go func() { defer wg.Done(); errs[0] = agent.Run(ctx) }()
 			go func() { defer wg.Done(); errs[1] = w.Run(ctx) }()
 			wg.Wait()
-			return errors.Join(errs...)
+			return result(errors.Join(errs...))
 		})
 	}
 	metricsFlag(run.Flags(), &metricsAddr)
@@ -491,23 +517,25 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 			o.replicas = int(g.replicas)
 			slg := lg.With().Str("store", id).Logger()
 			return runRole(slg, "log store", func() error {
-				nc, err := g.connectRole(cmd.Context(), slg, id, natsserver.RoleStore)
+				ctx, fatal, result, cancel := roleContext(cmd.Context())
+				defer cancel()
+				nc, err := g.connectRole(ctx, slg, id, natsserver.RoleStore, fatal)
 				if err != nil {
 					return err
 				}
 				defer nc.Close()
-				defer watchJetStream(cmd.Context(), nc, slg)()
-				st, err := startStore(cmd.Context(), nc, g.cluster, id, data, addr, useSnaps, o, lg)
+				defer watchJetStream(ctx, nc, slg)()
+				st, err := startStore(ctx, nc, g.cluster, id, data, addr, useSnaps, o, lg)
 				if err != nil {
-					return err
+					return result(err)
 				}
 				defer st.Close()
-				stop, err := metricsFor(cmd.Context(), o.metricsAddr, slg, storeCollector{s: st})
+				stop, err := metricsFor(ctx, o.metricsAddr, slg, storeCollector{s: st})
 				if err != nil {
 					return err
 				}
 				defer stop()
-				return runStore(cmd.Context(), st, o.restartGrace, slg)
+				return result(runStore(ctx, st, o.restartGrace, slg))
 			})
 		},
 	}
@@ -536,6 +564,9 @@ func runStore(ctx context.Context, st *logstore.Store, grace time.Duration, lg z
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+	}
+	if _, ok := permanent(ctx); ok {
+		grace = 0 // the server refuses this store: no drain to ask for
 	}
 	if grace > 0 {
 		dctx, dcancel := context.WithTimeout(sctx, 5*time.Second)
@@ -575,6 +606,30 @@ func newStoreCmd(g *globals) *cobra.Command {
 		},
 	}
 	dc.Flags().DurationVar(&d, "for", 15*time.Minute, "how long")
+	var stopData string
+	var stopWait time.Duration
+	sc := &cobra.Command{
+		Use:   "stop --data DIR",
+		Short: "Stop the log store running on this machine with --data DIR (SIGTERM: it drains itself first) and wait until it has exited",
+		Long: `stop sends SIGTERM to the process holding the data dir's lock (its pid is in
+DIR/termlog.lock) and returns once the process is gone and the lock is free, so
+the store can be started again at once: a rolling restart's stop step.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stopData == "" {
+				return usage(errors.New("--data DIR: the stopped store's data dir"))
+			}
+			who, err := stopHolder(stopData, stopWait)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "stopped %s\n", who)
+			return nil
+		},
+	}
+	sc.Flags().StringVar(&stopData, "data", "", "the store's data directory")
+	sc.Flags().DurationVar(&stopWait, "wait", time.Minute, "give up waiting for the process to exit after this long")
+	cmd.AddCommand(sc)
 	cmd.AddCommand(dc, &cobra.Command{
 		Use:   "undrain ID",
 		Short: "End a store's draining period",

@@ -162,18 +162,29 @@ func printStatus(w io.Writer, s Status) {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
 	}
 	fmt.Fprintf(w, "workers (%d):\n", len(s.Workers))
-	for _, wk := range s.Workers {
-		fmt.Fprintf(w, "  %-4d %-22s %-9s epoch %-6d %s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
+	if len(s.Workers) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tENDPOINT\tSTATE\tEPOCH\tKIND")
+		for _, wk := range s.Workers {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\n", wk.ID, wk.Endpoint, wk.State, wk.Epoch, wk.Kind)
+		}
+		_ = tw.Flush()
 	}
 	if len(s.Stores) > 0 {
 		fmt.Fprintf(w, "stores (%d):\n", len(s.Stores))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tSTATE\tRAFT ADDRESS\tINCARNATION\tNOTE")
 		for _, st := range s.Stores {
-			line := fmt.Sprintf("  %-10s %-9s raft %s", st.ID, st.State, st.RaftAddr)
-			if !st.Until.IsZero() {
-				line += " until " + st.Until.Format(time.RFC3339)
+			note := ""
+			switch {
+			case st.PlannedStop():
+				note = "stopped for a planned restart at " + st.StoppedAt.Format(time.RFC3339) + ", drained until " + st.Until.Format(time.RFC3339)
+			case !st.Until.IsZero():
+				note = "until " + st.Until.Format(time.RFC3339)
 			}
-			fmt.Fprintln(w, line)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", st.ID, st.State, st.RaftAddr, st.Incarnation, note)
 		}
+		_ = tw.Flush()
 	}
 	if len(s.Shards) > 0 {
 		fmt.Fprintf(w, "shards (%d):\n", len(s.Shards))
@@ -232,18 +243,13 @@ func (g *globals) status(ctx context.Context) (Status, error) {
 	return loadStatusFrom(ctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
 }
 
-// Exit statuses of status.
-const (
-	exitDegraded   = 1 // the cluster is readable and not healthy
-	exitUnreadable = 2 // the cluster could not be read
-)
-
 func newStatus(g *globals) *cobra.Command {
 	var (
 		asJSON      bool
 		watch       bool
 		waitHealthy bool
 		every       time.Duration
+		stableFor   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -258,13 +264,31 @@ leader, an operator or pending change, a blocked shard, a store down or silent w
 draining, workers not running, no meta leader, recovery incomplete, a stale health
 record); 2 when the cluster cannot be read.
 
---watch redraws whenever something changes. --wait-healthy blocks until the cluster
-is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
---timeout (then the bound of the whole wait; default 5m) has passed.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+--watch redraws whenever something changes (in place at a terminal, appended when
+piped). --wait-healthy blocks until the cluster
+is healthy on every read for --stable-for (a rolling-upgrade gate: every shard with
+all its members running on a live process whose report is of that process, not of
+the one before a restart, and a Raft leader; no operator or pending change; no store
+stopped, down or draining while silent; every worker running; a record of the
+current leader built after its stores reported) and exits 1 naming what is still
+wrong once --timeout (then the bound of the whole wait; default 5m) has passed.`,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "status"},
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			out := cmd.OutOrStdout()
+			printed := false
+			defer func() {
+				// -o json: a machine reading stdout gets a JSON answer
+				// when status fails too (the line on stderr stays).
+				if err != nil && asJSON && !printed {
+					_ = json.NewEncoder(out).Encode(statusError{Error: err.Error(), Exit: exitCode(cmd, err)})
+				}
+			}()
+			if stableFor < 0 {
+				return usage(fmt.Errorf("--stable-for %s: want >= 0", stableFor))
+			}
 			show := func(s Status) error {
+				printed = true
 				if asJSON {
 					enc := json.NewEncoder(out)
 					enc.SetIndent("", "  ")
@@ -297,11 +321,16 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 			var last string
 			var lastErr error
 			var s Status
+			var stable stability
+			// --watch redraws in place at a terminal (a table, not JSON),
+			// and appends when piped.
+			redraw := watch && !asJSON && isTerminal(out)
 			for {
 				var err error
 				s, err = g.status(ctx)
 				if err != nil && ctx.Err() == nil {
 					lastErr = err
+					stable.see(false, time.Now(), stableFor)
 					if watch && err.Error() != last {
 						last = err.Error()
 						fmt.Fprintf(out, "%s  cannot read the cluster: %v\n", time.Now().Format("15:04:05"), err)
@@ -312,13 +341,20 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 						key := renderKey(s)
 						if key != last {
 							last = key
+							if redraw {
+								// At a terminal: draw over the last one
+								// (cursor home, clear the screen).
+								fmt.Fprint(out, "\x1b[H\x1b[2J")
+							}
 							fmt.Fprintf(out, "--- %s\n", time.Now().Format("15:04:05.000"))
 							if err := show(s); err != nil {
 								return err
 							}
 						}
 					}
-					if waitHealthy && s.Health.Healthy {
+					// Healthy on every read for --stable-for: a flapping
+					// cluster does not pass.
+					if stable.see(s.Health.Healthy, time.Now(), stableFor) && waitHealthy {
 						if !watch {
 							if err := show(s); err != nil {
 								return err
@@ -339,7 +375,7 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 						return exitWith(exitDegraded, fmt.Errorf("not healthy within %s: %s", bound, strings.Join(s.Health.Problems, "; ")))
 					}
 					return nil
-				case <-time.After(every):
+				case <-time.After(pause(every, stableFor, stable.since, waitHealthy)):
 				}
 			}
 		},
@@ -348,7 +384,42 @@ is healthy (a rolling-upgrade gate) and exits 1 naming what is still wrong once
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw whenever something changes, until interrupted")
 	cmd.Flags().BoolVar(&waitHealthy, "wait-healthy", false, "wait until the cluster is healthy; exit 1 naming what is wrong after --timeout (default 5m here)")
 	cmd.Flags().Var(positiveDuration(&every, time.Second), "every", "how often --watch and --wait-healthy read the cluster")
+	cmd.Flags().DurationVar(&stableFor, "stable-for", 2*time.Second, "with --wait-healthy: healthy on every read for this long before it returns (0: the first healthy read)")
 	return cmd
+}
+
+// statusError is what `status -o json` prints on stdout when it fails.
+type statusError struct {
+	Error string `json:"error"`
+	Exit  int    `json:"exit"`
+}
+
+// stability is --wait-healthy's memory: since when every read was healthy.
+type stability struct {
+	since time.Time // zero: the last read was not healthy (or failed)
+}
+
+// see records a read at now and reports whether every read has been
+// healthy for at least d.
+func (s *stability) see(healthy bool, now time.Time, d time.Duration) bool {
+	switch {
+	case !healthy:
+		s.since = time.Time{}
+		return false
+	case s.since.IsZero():
+		s.since = now
+	}
+	return now.Sub(s.since) >= d
+}
+
+// pause is how long the status loop waits before its next read: --every,
+// but while --wait-healthy waits for a healthy cluster to stay so, at most
+// a quarter of --stable-for (at least 100ms), so that a flap is seen.
+func pause(every, stableFor time.Duration, healthySince time.Time, waitHealthy bool) time.Duration {
+	if waitHealthy && !healthySince.IsZero() && stableFor > 0 {
+		return min(every, max(stableFor/4, 100*time.Millisecond))
+	}
+	return every
 }
 
 // renderKey is what --watch compares: the status without what moves by
@@ -396,9 +467,10 @@ func newWorkerCmd(g *globals) *cobra.Command {
 	cmd := group(&cobra.Command{Use: "worker", Short: "Workers: run one, list them"})
 	var asJSON bool
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List the workers (read from the projection of the stream)",
-		Args:  cobra.NoArgs,
+		Use:         "list",
+		Short:       "List the workers (read from the projection of the stream)",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{readCommand: "worker list"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := g.status(cmd.Context())
 			if err != nil {

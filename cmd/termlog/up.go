@@ -154,17 +154,27 @@ func portFree(port int) error {
 	return ln.Close()
 }
 
-func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
+func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) (err error) {
 	env, err := o.prepare(g)
 	if err != nil {
 		return err
 	}
+	// A first up that fails before the cluster runs leaves no data dir
+	// behind (one that existed is never removed).
+	_, statErr := os.Stat(env.data)
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	running := false
 	// Before NATS opens the data dir: one up (or nats) per data dir.
 	lock, err := lockDataDir(env.data, "termlog up")
 	if err != nil {
 		return err
 	}
-	defer lock.Unlock()
+	defer func() {
+		lock.Unlock()
+		if err != nil && fresh && !running {
+			_ = os.RemoveAll(env.data)
+		}
+	}()
 	if err := portFree(o.port); err != nil {
 		return err
 	}
@@ -193,7 +203,8 @@ func runUp(ctx context.Context, g *globals, o upOpts, out io.Writer) error {
 		return err
 	}
 	defer stopWeb()
-	look := "go run ./cmd/termlog status --nats " + srv.URLs(0)
+	running = true
+	look := selfCommand() + " status --nats " + srv.URLs(0)
 	if sec.authDir != "" {
 		look += " --auth-dir " + sec.authDir
 	}
@@ -236,6 +247,17 @@ func (o upOpts) startWeb(ctx context.Context, srv *embeddedNATS, cluster string,
 	}
 	var once sync.Once
 	return url, func() { once.Do(func() { stop(); nc.Close() }) }, nil
+}
+
+// selfCommand is this binary as it was started, for hints: os.Args[0]
+// ("./termlog", "termlog"), or "go run ./cmd/termlog" for a binary that go
+// run built in its cache.
+func selfCommand() string {
+	self := os.Args[0]
+	if strings.Contains(filepath.ToSlash(self), "/go-build") {
+		return "go run ./cmd/termlog"
+	}
+	return self
 }
 
 // upEnv is what up reads from its flags and environment before it starts

@@ -116,8 +116,9 @@ It listens on loopback by default; any other address needs --tls-cert and
 				return err
 			}
 			return runRole(lg, "web console", func() error {
-				ctx := cmd.Context()
-				nc, err := g.connectRole(ctx, lg, "termlog-web", natsserver.RoleObserver)
+				ctx, fatal, result, cancel := roleContext(cmd.Context())
+				defer cancel()
+				nc, err := g.connectRole(ctx, lg, "termlog-web", natsserver.RoleObserver, fatal)
 				if err != nil {
 					return err
 				}
@@ -136,7 +137,7 @@ It listens on loopback by default; any other address needs --tls-cert and
 				defer stop()
 				fmt.Fprintln(cmd.OutOrStdout(), "web console at", url)
 				<-ctx.Done()
-				return nil
+				return result(nil)
 			})
 		},
 	}

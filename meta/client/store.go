@@ -35,6 +35,10 @@ type StoreRegisterRequest struct {
 	Store       string `json:"store"`
 	Incarnation string `json:"incarnation"`
 	RaftAddr    string `json:"raft_addr"`
+	// Started is when the process started (its own clock): with the
+	// incarnation, what tells a report of this process from one of the
+	// process before a restart.
+	Started time.Time `json:"started,omitzero"`
 }
 
 // ShardReport is one replica's dragonboat ShardInfo as a store reports it.
@@ -60,6 +64,7 @@ type SkippedReplica struct {
 type StoreHeartbeat struct {
 	Store       string           `json:"store"`
 	Incarnation string           `json:"incarnation"`
+	Started     time.Time        `json:"started,omitzero"` // the process's start (its clock)
 	Shards      []ShardReport    `json:"shards"`
 	Skipped     []SkippedReplica `json:"skipped,omitempty"`
 }

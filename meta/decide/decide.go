@@ -320,7 +320,8 @@ func StoreDrain(v *projections.State, req client.DrainRequest, now time.Time) De
 	return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}}
 }
 
-// StoreSelfDrain decides a store.selfdrain request at now: only the store's
+// StoreSelfDrain decides a store.selfdrain request at now (the store's
+// process stops for a planned restart: the event says so): only the store's
 // registered incarnation may drain it (with one key for every store, the
 // NATS server cannot tell stores apart; the incarnation, random per process
 // start, is what this store alone knows with its id in the stream).
@@ -330,5 +331,7 @@ func StoreSelfDrain(v *projections.State, req client.SelfDrainRequest, now time.
 			Message: fmt.Sprintf("store %s incarnation %s is not registered", req.Store, req.Incarnation)}}}
 	}
 	until := now.Add(time.Duration(req.ForMS) * time.Millisecond).UTC()
-	return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until}}}
+	// Stopping: the process says it is going, so nothing it reported
+	// counts from this event on (status names the planned stop at once).
+	return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until, Stopping: true}}}
 }

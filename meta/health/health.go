@@ -7,11 +7,11 @@
 package health
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/meta/judge"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -92,64 +92,9 @@ func Assemble(cluster string, st *projections.State, snap *events.SnapshotInfo, 
 // leader takes over within a lease.
 func Stale(lease time.Duration) time.Duration { return lease + 3*time.Second }
 
-// Judge lists what keeps the cluster from healthy: no meta leader, a
-// health record too old, recovery incomplete, workers not running, a shard
-// under-replicated, without a Raft leader, with an operator, a pending
-// change or blocked, a store down or silent while it drains.
+// Judge lists what keeps the cluster from healthy: the one judge
+// (package meta/judge) over what a reader gathered.
 func Judge(s Status, rec *meta.HealthRecord, age, stale time.Duration) []string {
-	var out []string
-	switch {
-	case s.LeaseError != "":
-		out = append(out, "lease holder unknown: "+s.LeaseError)
-	case s.LeaseHolder == "":
-		out = append(out, "no meta leader holds the lease")
-	}
-	if rec == nil {
-		out = append(out, "no health record: no meta leader has published one")
-		return out
-	}
-	if rec.Term < s.Term {
-		// The fence on read, for the record as for events: a deposed
-		// leader may still be writing it until its lease runs out.
-		out = append(out, fmt.Sprintf("health record from term %d (%s), the stream is at term %d: the current leader has not published yet", rec.Term, rec.Leader, s.Term))
-	}
-	if age > stale {
-		out = append(out, fmt.Sprintf("health record is %s old (written by %s in term %d): no leader is publishing", age.Round(100*time.Millisecond), rec.Leader, rec.Term))
-	}
-	if rec.Recovery.State != meta.RecoveryComplete {
-		out = append(out, fmt.Sprintf("barrier recovery %s", orDashStr(rec.Recovery.State)))
-	}
-	running := 0
-	for _, w := range s.Workers {
-		if w.State == projections.WorkerRunning {
-			running++
-		}
-	}
-	if running < len(s.Workers) {
-		out = append(out, fmt.Sprintf("%d of %d workers running", running, len(s.Workers)))
-	}
-	for _, st := range rec.Stores {
-		switch {
-		case st.State == events.StoreDown:
-			out = append(out, fmt.Sprintf("store %s down", st.Store))
-		case st.State == events.StoreDraining && !st.Live:
-			out = append(out, fmt.Sprintf("store %s draining and silent (until %s)", st.Store, st.Until.Format(time.RFC3339)))
-		}
-	}
-	if n := len(rec.Shards); n < rec.ShardsWanted {
-		out = append(out, fmt.Sprintf("%d of %d shards exist (a shard is created once %d live stores are up)", n, rec.ShardsWanted, 3))
-	}
-	for _, h := range rec.Shards {
-		if !h.Healthy {
-			out = append(out, fmt.Sprintf("shard %d: %s", h.Shard, h.Why))
-		}
-	}
-	return out
-}
-
-func orDashStr(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return judge.Problems(judge.Input{Term: s.Term, LeaseHolder: s.LeaseHolder, LeaseError: s.LeaseError,
+		Workers: s.Workers, Stores: s.Stores, Shards: s.Shards, Record: rec, Age: age, Stale: stale})
 }

@@ -143,7 +143,14 @@ func (w *world) health() string {
 	out := sched.Decide(sched.Input{View: w.v, Reports: w.reports, Memory: w.mem, Now: w.now, Term: w.term, Config: w.cfg})
 	var b strings.Builder
 	for _, st := range out.Health.Stores {
-		fmt.Fprintf(&b, "store %s %s live=%v replicas=%d\n", st.Store, st.State, st.Live, st.Replicas)
+		fmt.Fprintf(&b, "store %s %s live=%v replicas=%d", st.Store, st.State, st.Live, st.Replicas)
+		if st.Stopped {
+			b.WriteString(" stopped")
+		}
+		b.WriteByte('\n')
+	}
+	if len(out.Health.Collecting) > 0 {
+		fmt.Fprintf(&b, "collecting %s\n", strings.Join(out.Health.Collecting, " "))
 	}
 	for _, h := range out.Health.Shards {
 		fmt.Fprintf(&b, "shard %d running=%d/%d members=%s leader=%d", h.Shard, h.Live, h.Expected, renderMembers(h.Members), h.Leader)

@@ -3,7 +3,10 @@ package sched
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"time"
+
+	"github.com/termlog/termlog/events"
 )
 
 // Health is the cluster's shard and store health as one decision saw it,
@@ -18,6 +21,10 @@ type Health struct {
 	// ShardsWanted is how many shards the scheduler keeps (fewer exist
 	// until enough live stores bootstrap them).
 	ShardsWanted int `json:"shards_wanted"`
+	// Collecting lists the stores this leader has not heard from yet in
+	// its term (a new leader gives each a store timeout): until they
+	// report, the shards they serve say "collecting reports", not 0/3.
+	Collecting []string `json:"collecting,omitempty"`
 }
 
 // ShardHealth is one shard's health: from the projection and the stores'
@@ -51,6 +58,16 @@ type StoreHealth struct {
 	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"` // zero: none this term
 	Until         time.Time `json:"until,omitzero"`          // draining deadline
 	Replicas      int       `json:"replicas"`                // running, as it reports
+	// Incarnation is the process whose report this is (empty: no report
+	// of the registered process this term); Started its start, as it
+	// says. A reader whose projection has another incarnation registered
+	// knows the record predates the store's restart.
+	Incarnation string    `json:"incarnation,omitempty"`
+	Started     time.Time `json:"started,omitzero"`
+	// Stopped: the registered process announced its own stop (SIGTERM)
+	// at StoppedAt; it counts as gone.
+	Stopped   bool      `json:"stopped,omitempty"`
+	StoppedAt time.Time `json:"stopped_at,omitzero"`
 }
 
 func (d *decider) health() Health {
@@ -60,6 +77,13 @@ func (d *decider) health() Health {
 		if rep, ok := d.in.Reports[st.ID]; ok && rep.Incarnation == st.Incarnation {
 			sh.LastHeartbeat = rep.At
 			sh.Replicas = len(rep.Shards)
+			sh.Incarnation, sh.Started = rep.Incarnation, rep.Started
+		}
+		if st.PlannedStop() {
+			sh.Stopped, sh.StoppedAt, sh.Replicas = true, st.StoppedAt, 0
+		}
+		if st.State != events.StoreDown && st.State != events.StoreTombstone && !st.PlannedStop() && d.unheard(st.ID) {
+			h.Collecting = append(h.Collecting, st.ID)
 		}
 		h.Stores = append(h.Stores, sh)
 	}
@@ -96,7 +120,17 @@ func (d *decider) health() Health {
 				x.Step = fmt.Sprintf("inherited from term %d", op.Term)
 			}
 		}
+		var collecting []string
+		for _, store := range sv.unheard {
+			if st := d.v.Stores[store]; st != nil && !st.PlannedStop() {
+				collecting = append(collecting, store)
+			}
+		}
 		switch {
+		case x.Live < x.Expected && len(collecting) > 0:
+			// A new leader has not heard from these stores yet: it does
+			// not know, rather than 0/3.
+			x.Why = fmt.Sprintf("collecting reports (%d/%d replicas running so far; not heard from %s yet this term)", x.Live, x.Expected, strings.Join(collecting, ", "))
 		case x.Live < x.Expected:
 			x.Why = fmt.Sprintf("%d/%d replicas running", x.Live, x.Expected)
 		case len(sh.Members) != x.Expected:

@@ -95,6 +95,7 @@ func (c Config) Defaults() Config {
 // its latest heartbeat.
 type Report struct {
 	Incarnation string
+	Started     time.Time // the process's start, as it says (its clock)
 	At          time.Time // when it arrived (the leader's clock)
 	Shards      []client.ShardReport
 	Skipped     []client.SkippedReplica
@@ -287,9 +288,13 @@ func (d *decider) isLive(st projections.Store) bool {
 	return d.reporting(st)
 }
 
+// reporting: the store's registered process reports (its incarnation,
+// within the store timeout) and has not announced its own stop: the
+// reports of a process that said it stops count for nothing, however
+// recent.
 func (d *decider) reporting(st projections.Store) bool {
 	rep, ok := d.in.Reports[st.ID]
-	return ok && rep.Incarnation == st.Incarnation && d.in.Now.Sub(rep.At) <= d.in.Config.StoreTimeout
+	return ok && rep.Incarnation == st.Incarnation && !st.PlannedStop() && d.in.Now.Sub(rep.At) <= d.in.Config.StoreTimeout
 }
 
 // unheard: a store this leader has no report of, first seen less than a
