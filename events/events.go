@@ -54,6 +54,9 @@
 //	    store        the store's id
 //	    state        up, down, draining or tombstone
 //	    until        the end of a drain (RFC 3339; absent otherwise)
+//	    stopping     with draining: the store's own announcement that its
+//	                 process stops for a planned restart (SIGTERM); its
+//	                 replicas count as not running from this event on
 //	shard.created (ShardCreated)
 //	    shard        the shard's id
 //	    replicas     its initial members, {replica id: store}
