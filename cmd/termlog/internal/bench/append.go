@@ -148,7 +148,7 @@ func (r *run) appends(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	log, err := openLog(ctx, nc, appendCluster)
+	log, err := e.openLog(ctx, nc, appendCluster)
 	if err != nil {
 		return err
 	}
@@ -156,10 +156,10 @@ func (r *run) appends(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := rawStream(ctx, js, "BENCHRAW_SYNC", "benchraw.sync.>"); err != nil {
+	if _, err := e.rawStream(ctx, js, "BENCHRAW_SYNC", "benchraw.sync.>"); err != nil {
 		return err
 	}
-	if _, err := rawStream(ctx, js, "BENCHRAW_ASYNC", "benchraw.async.>"); err != nil {
+	if _, err := e.rawStream(ctx, js, "BENCHRAW_ASYNC", "benchraw.async.>"); err != nil {
 		return err
 	}
 	bound := r.cfg.PhaseTimeout / 3
