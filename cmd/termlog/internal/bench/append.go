@@ -224,7 +224,7 @@ func (r *run) appends(ctx context.Context) error {
 	sp50, sp99 := percentile(sync.lat, 50), percentile(sync.lat, 99)
 	what := fmt.Sprintf("natslog Log.Append of one worker.registered with CAS + Msg-Id, one at a time as the leader does when idle (%d appends)", fenced.n)
 	r.add(Figure{
-		Name: "append.throughput", What: fmt.Sprintf("natslog Log.AppendAsync of groups of %d worker.registered (pipelined: expected last seq, Msg-Id and expected last msg id on every event, each group chained to the one before), up to %d events in flight as the leader appends under a burst (%d events)", appendGroup, appendInFlight, groupedEvents),
+		Name: "append.throughput", What: fmt.Sprintf("natslog Log.AppendAsync of groups of %d worker.registered as the leader appends under a burst (each an atomic batch: expected last seq on its first event, a Msg-Id on every one, chained to the group before; one in flight) (%d events)", appendGroup, groupedEvents),
 		Unit: "events/s", Value: groupedRate, Baseline: async, Higher: true,
 		BaselineWhat: fmt.Sprintf("raw async JetStream publish of the same bodies, %d in flight, no headers", asyncWindow),
 		Target:       &Target{Of: "ratio", Op: "<=", Limit: 2, Text: ">= 50% of raw async"},
