@@ -123,3 +123,48 @@ func TestBatchStaleExpectedSeqRefusedWhole(t *testing.T) {
 		})
 	}
 }
+
+// An idle leader's single event is still in flight (pipelined on one
+// server) when the next group, a batch chained to it, is sent: the batch
+// waits for that event's ack instead of finding its seq empty and calling
+// itself fenced. Every round stores both.
+func TestBatchChainedToSingleInFlight(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: t.TempDir(), Sync: natsserver.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := natslog.Open(ctx, nc, natslog.Config{Cluster: "chain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	ev := func(i int) events.Event {
+		return events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.WorkerRegistered{ID: uint64(i), Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.%d.%d:1", i/256, i%256), Kind: "compute"}}
+	}
+	if _, err := l.Append(ctx, 0, events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.TermStarted{Term: 1, Leader: "meta-1", Lease: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	last := uint64(1)
+	for round := range 20 {
+		single := ev(int(last) + 1)
+		p1 := l.AppendAsync(ctx, last, "", single)
+		group := []events.Event{ev(int(last) + 2), ev(int(last) + 3), ev(int(last) + 4)}
+		p2 := l.AppendAsync(ctx, last+1, events.MsgID(single, last+1), group...)
+		if got, err := p2.Wait(ctx); err != nil || got != last+4 {
+			t.Fatalf("round %d: batch chained to the single event in flight = %d, %v; want %d, nil", round, got, err, last+4)
+		}
+		if got, err := p1.Wait(ctx); err != nil || got != last+1 {
+			t.Fatalf("round %d: the single event = %d, %v; want %d, nil", round, got, err, last+1)
+		}
+		last += 4
+	}
+}
