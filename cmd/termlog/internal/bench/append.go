@@ -86,13 +86,14 @@ func registrations(n int) ([]events.Event, [][]byte, error) {
 	bodies := make([][]byte, n)
 	base := eventgen.Base()
 	for i := range n {
-		evs[i] = events.Event{Term: 1, Writer: "meta-1", At: base.Add(time.Duration(i) * time.Millisecond),
-			Data: events.WorkerRegistered{ID: uint64(i + 1), Incarnation: fmt.Sprintf("bench-%d", i), Endpoint: fakeEndpoint(i), Kind: "compute", Parallelism: 4}}
-		b, err := events.Encode(evs[i])
+		// Sealed, as the leader's committer seals each event: encoded once,
+		// the log sends that body.
+		ev, b, err := events.Seal(events.Event{Term: 1, Writer: "meta-1", At: base.Add(time.Duration(i) * time.Millisecond),
+			Data: events.WorkerRegistered{ID: uint64(i + 1), Incarnation: fmt.Sprintf("bench-%d", i), Endpoint: fakeEndpoint(i), Kind: "compute", Parallelism: 4}})
 		if err != nil {
 			return nil, nil, err
 		}
-		bodies[i] = b
+		evs[i], bodies[i] = ev, b
 	}
 	return evs, bodies, nil
 }
