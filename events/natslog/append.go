@@ -301,9 +301,15 @@ func (e *partialError) Unwrap() error { return e.err }
 // prefix of them stored by an earlier attempt and appends the rest.
 func (l *Log) publishBatch(ctx context.Context, expected uint64, evs []events.Event, msgs []*nats.Msg) error {
 	for i, m := range msgs {
-		m.Header.Set(jetstream.ExpectedStreamHeader, l.name)
+		m.Header.Del(jetstream.ExpectedStreamHeader)
 		m.Header.Set(jetstream.MsgIDHeader, events.MsgID(evs[i], expected+1+uint64(i)))
 	}
+	// The expected stream and last seq on the first message fence the
+	// whole batch: a batch is one stream's (a message of it that another
+	// stream captured would leave a gap, and the server abandons a batch
+	// with a gap whole). The expected stream on every message cost about
+	// 15% of a batch's time on R3 (a 256-message batch, 23 vs 27 ms).
+	msgs[0].Header.Set(jetstream.ExpectedStreamHeader, l.name)
 	msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(expected, 10))
 	ack, err := l.sendBatch(ctx, msgs)
 	want := expected + uint64(len(msgs))
