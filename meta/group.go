@@ -16,8 +16,15 @@ import (
 	"github.com/termlog/termlog/view"
 )
 
-// maxGroup bounds the mutations decided and appended together.
-const maxGroup = 2048
+// maxGroup bounds the mutations decided and appended together: about one
+// JetStream atomic batch (at most 1000 messages, the server's default
+// max_batch_size) when each mutation appends one event, so one append
+// attempt (AppendTimeout) carries one batch, not several in a row. Measured
+// on a loaded 2-core machine with sync always: groups of 2048 (three
+// batches an attempt) ran out of the 2 s attempt ("append batch ... (1000
+// events), outcome unknown: context deadline exceeded") and the leader lost
+// its lease in the same seconds.
+const maxGroup = 1000
 
 // Groups in flight: the next group is decided and sent while earlier
 // groups' acks are outstanding, up to maxFlights groups and

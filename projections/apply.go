@@ -436,7 +436,7 @@ func (s *State) shardCreated(d events.ShardCreated) Result {
 	if r, bad := s.checkReplicaSet(d.Replicas); bad {
 		return r
 	}
-	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas), Initial: cloneMap(d.Replicas), MaxReplica: slices.Max(sortedKeys(d.Replicas))}
+	s.Shards[d.Shard] = &Shard{ID: d.Shard, Members: cloneMap(d.Replicas), Initial: cloneMap(d.Replicas), MaxReplica: maxKey(d.Replicas)}
 	return applied("shard %d with %d replicas", d.Shard, len(d.Replicas))
 }
 
@@ -594,7 +594,7 @@ func (s *State) shardObserved(d events.ShardObserved) Result {
 		delete(sh.Removed, r)
 	}
 	sh.Members = cloneMap(d.Replicas)
-	sh.MaxReplica = max(sh.MaxReplica, slices.Max(sortedKeys(d.Replicas)))
+	sh.MaxReplica = max(sh.MaxReplica, maxKey(d.Replicas))
 	for r, p := range sh.Pending {
 		if (p.Kind == PendingAdding && sh.IsMember(r)) || (p.Kind == PendingRemoving && !sh.IsMember(r)) {
 			delete(sh.Pending, r)
@@ -677,6 +677,16 @@ func (s *State) shardBlocked(d events.ShardBlocked) Result {
 		return applied("shard %d no longer blocked", d.Shard)
 	}
 	return applied("shard %d blocked: %s", d.Shard, d.Reason)
+}
+
+// maxKey is the largest key of m (0 when m is empty), without the slice
+// and sort of sortedKeys: shard observations run it on every new ccid.
+func maxKey[V any](m map[uint64]V) uint64 {
+	var top uint64
+	for k := range m {
+		top = max(top, k)
+	}
+	return top
 }
 
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {

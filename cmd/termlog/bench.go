@@ -74,6 +74,7 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	f.StringVar(&out, "out", "", "write the report to this file instead of stdout")
 	f.Var((*syncValue)(&cfg.Sync), "sync", "sync policy of the server every group but sync runs on: interval (raw baselines not dominated by fsync) or always (what termlog's servers run); the sync group measures both")
+	f.IntVar(&cfg.Replicas, "replicas", 1, "1: one embedded NATS server; 3: every group on an embedded 3-node cluster on loopback (streams, buckets and raw baselines at 3 replicas)")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers for register, heartbeat, failover and memory (target size: 10000)")
 	f.IntVar(&cfg.Events, "events", cfg.Events, "events for fold, replay and catchup (target size: 1000000)")
 	f.IntVar(&cfg.Appends, "appends", 0, "appends in each append series (default min(--events, 10000))")

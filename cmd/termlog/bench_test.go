@@ -58,7 +58,7 @@ func TestBenchCommand(t *testing.T) {
 	want := []string{
 		"fold.apply", "fold.decode_apply", "replay.read", "replay.projector", "catchup.snapshot",
 		"append.throughput", "append.single", "append.vs_sync", "append.p50", "append.p99",
-		"sync.append_single", "sync.append_p50", "sync.append_grouped", "sync.register_burst", "sync.register_append_rate",
+		"sync.append_single", "sync.append_p50", "sync.append_grouped", "sync.append_grouped_vs_interval", "sync.register_burst", "sync.register_append_rate",
 		"register.burst", "register.append_rate", "heartbeat.cpu", "heartbeat.p99",
 		"failover.term_started", "failover.recovered", "memory.projection", "memory.leader",
 	}

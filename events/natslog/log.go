@@ -118,13 +118,14 @@ type Log struct {
 	name    string
 	cluster string
 	cfg     Config
-	// replicated: the stream has more than one replica, so appends of
-	// several events are atomic batches rather than a pipeline (Append).
+	// replicated: the stream has more than one replica, so even a single
+	// event of AppendAsync is appended before it returns (see Append).
 	replicated bool
 
-	mu      sync.Mutex
-	lastID  string // replicated: msg id of the last event this Log stored,
-	lastSeq uint64 // at this seq
+	mu       sync.Mutex
+	lastID   string    // msg id of the last event this Log stored,
+	lastSeq  uint64    // at this seq
+	lastPipe *pipeline // the last single event AppendAsync sent
 }
 
 var _ events.Log = (*Log)(nil)

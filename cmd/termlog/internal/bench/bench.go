@@ -76,6 +76,10 @@ type Config struct {
 	// termlog's own cost. The sync group measures what SyncAlways, the
 	// default of termlog's servers, costs.
 	Sync natsserver.SyncPolicy
+	// Replicas is 1 (one embedded server, the default) or 3: every group
+	// runs on an embedded 3-node cluster on loopback, termlog's streams and
+	// buckets and the raw baselines' at 3 replicas.
+	Replicas int
 	// Only restricts the run to these groups (empty: all).
 	Only []string
 	// Progress receives one line per step (nil: discarded).
@@ -129,6 +133,9 @@ type Figure struct {
 	Partial      bool               `json:"partial,omitempty"` // a bound stopped the load before it finished
 	Note         string             `json:"note,omitempty"`
 	Extra        map[string]float64 `json:"extra,omitempty"`
+	// Server is the server configuration the figure and its baseline ran
+	// on (nodes, replicas, sync policy); "" for figures without a server.
+	Server string `json:"server,omitempty"`
 }
 
 func (f *Figure) finish() {
@@ -160,7 +167,8 @@ type Report struct {
 	Appends  int       `json:"appends"`
 	HBFor    float64   `json:"heartbeat_for_s"`
 	Lease    float64   `json:"lease_s"`
-	Sync     string    `json:"sync"` // of the server every group but sync runs on
+	Sync     string    `json:"sync"`     // of the server every group but sync runs on
+	Replicas int       `json:"replicas"` // of every server configuration of the run
 	Figures  []Figure  `json:"figures"`
 	Problems []string  `json:"problems,omitempty"` // groups that could not run
 }
@@ -205,6 +213,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 	switch {
 	case c.Workers < 1 || c.Workers > 100_000:
 		return c, fmt.Errorf("workers %d: want 1..100000", c.Workers)
@@ -218,6 +229,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("phase timeout %s, burst timeout %s: want >= 1s", c.PhaseTimeout, c.BurstTimeout)
 	case c.Lease < 500*time.Millisecond || c.Lease > time.Minute:
 		return c, fmt.Errorf("lease %s: want 500ms..1m", c.Lease)
+	case c.Replicas != 1 && c.Replicas != 3:
+		return c, fmt.Errorf("replicas %d: want 1 or 3", c.Replicas)
 	}
 	for _, g := range c.Only {
 		if groupOf(g) == "" {
@@ -299,11 +312,11 @@ func (r *run) saveProfile(name string, b []byte) {
 // server starts the embedded server on first use.
 func (r *run) server() (*env, error) {
 	if r.env == nil {
-		e, err := startEnvSync(r.dir, r.cfg.Sync)
+		e, err := startEnvSync(r.dir, r.cfg.Sync, r.cfg.Replicas)
 		if err != nil {
 			return nil, err
 		}
-		r.progress("NATS JetStream at %s (sync %s)", e.srv.ClientURL(), r.cfg.Sync)
+		r.progress("NATS JetStream at %s (%s)", e.url(), e.what())
 		r.env = e
 	}
 	return r.env, nil
@@ -314,6 +327,9 @@ func (r *run) progress(format string, a ...any) {
 }
 
 func (r *run) add(f Figure) {
+	if f.Server == "" && r.env != nil && groupOf(f.Name) != GroupFold && groupOf(f.Name) != GroupMemory {
+		f.Server = r.env.what()
+	}
 	f.finish()
 	r.rep.Figures = append(r.rep.Figures, f)
 	r.progress("%s: %s", f.Name, oneLine(f))
@@ -330,7 +346,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	start := time.Now()
 	rep := &Report{Version: 1, Started: start.UTC(), GoOS: runtime.GOOS, GoArch: runtime.GOARCH, Go: runtime.Version(), CPUs: runtime.NumCPU(),
-		Workers: cfg.Workers, Events: cfg.Events, Appends: cfg.Appends, HBFor: cfg.HeartbeatFor.Seconds(), Lease: cfg.Lease.Seconds(), Sync: cfg.Sync.String()}
+		Workers: cfg.Workers, Events: cfg.Events, Appends: cfg.Appends, HBFor: cfg.HeartbeatFor.Seconds(), Lease: cfg.Lease.Seconds(), Sync: cfg.Sync.String(), Replicas: cfg.Replicas}
 	r := &run{cfg: cfg, rep: rep}
 	dir := cfg.Dir
 	if dir == "" {
@@ -398,11 +414,11 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 
 // WriteTable writes the report as a table for people.
 func (rep *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "termlog bench: %d workers, %d events, %d appends, %s/%s %d CPUs, %s, took %.1fs; server sync %s (the sync group: always vs interval)\n",
-		rep.Workers, rep.Events, rep.Appends, rep.GoOS, rep.GoArch, rep.CPUs, rep.Go, rep.Took, rep.Sync)
+	fmt.Fprintf(w, "termlog bench: %d workers, %d events, %d appends, %s/%s %d CPUs, %s, took %.1fs; server sync %s, replicas %d (the sync group: always vs interval)\n",
+		rep.Workers, rep.Events, rep.Appends, rep.GoOS, rep.GoArch, rep.CPUs, rep.Go, rep.Took, rep.Sync, rep.Replicas)
 	fmt.Fprintln(w, "ratio = cost relative to the baseline (1.00 = as cheap as raw, 2.00 = twice the cost)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tvalue\tbaseline\tratio\ttarget\tresult\t")
+	fmt.Fprintln(tw, "figure\tvalue\tbaseline\tratio\ttarget\tresult\tserver\t")
 	for _, f := range rep.Figures {
 		target, result := "-", "-"
 		if f.Target != nil {
@@ -415,7 +431,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if f.Partial {
 			result += " (partial)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", f.Name, FormatValue(f.Value, f.Unit), FormatValue(f.Baseline, f.Unit), formatRatio(f.Ratio), target, result)
+		server := f.Server
+		if server == "" {
+			server = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.Name, FormatValue(f.Value, f.Unit), FormatValue(f.Baseline, f.Unit), formatRatio(f.Ratio), target, result, server)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -120,7 +120,7 @@ func TestAgentConn(t *testing.T) {
 }
 
 func TestConfigChecks(t *testing.T) {
-	for _, c := range []Config{{Workers: -1}, {Events: 10}, {Only: []string{"nope"}}, {Lease: time.Millisecond}, {HeartbeatFor: time.Millisecond}} {
+	for _, c := range []Config{{Workers: -1}, {Events: 10}, {Only: []string{"nope"}}, {Lease: time.Millisecond}, {HeartbeatFor: time.Millisecond}, {Replicas: 2}, {Replicas: -1}} {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}

@@ -3,8 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,28 +19,95 @@ import (
 	"github.com/termlog/termlog/natsserver"
 )
 
-// env is the embedded server every figure runs on, and the connections
-// opened on it (closed at the end).
+// env is the embedded server every figure runs on (one node, or a 3-node
+// cluster on loopback: Config.Replicas), and the connections opened on it
+// (closed at the end).
 type env struct {
-	srv *natsserver.Server
+	srvs     []*natsserver.Server
+	replicas int // of every stream and bucket made on it
+	sync     natsserver.SyncPolicy
 
 	mu    sync.Mutex
 	conns []*nats.Conn
 }
 
-// startEnvSync starts a server on dir syncing as p says.
-func startEnvSync(dir string, p natsserver.SyncPolicy) (*env, error) {
-	srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0, Sync: p})
-	if err != nil {
-		return nil, err
+// startEnvSync starts a server on dir syncing as p says; with replicas 3,
+// a 3-node cluster (routes on free loopback ports), every stream and
+// bucket of the run at 3 replicas.
+func startEnvSync(dir string, p natsserver.SyncPolicy, replicas int) (*env, error) {
+	e := &env{replicas: max(replicas, 1), sync: p}
+	if e.replicas == 1 {
+		srv, err := natsserver.StartServer(natsserver.ServerConfig{DataDir: filepath.Join(dir, "nats"), Port: 0, Sync: p})
+		if err != nil {
+			return nil, err
+		}
+		e.srvs = []*natsserver.Server{srv}
+		return e, nil
 	}
-	return &env{srv: srv}, nil
+	var ports []int
+	var routes []string
+	for range e.replicas {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+		routes = append(routes, natsserver.RouteURL(ports[len(ports)-1]))
+	}
+	for i := range e.replicas {
+		cfg := natsserver.ServerConfig{DataDir: filepath.Join(dir, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
+			ClusterName: "bench", ClusterPort: ports[i], Routes: routes, Sync: p}
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			e.close()
+			return nil, err
+		}
+		srv, err := natsserver.StartServer(cfg)
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		}
+		e.srvs = append(e.srvs, srv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range e.srvs {
+		if _, err := s.WaitJetStream(ctx); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// url lists the client URLs of the nodes.
+func (e *env) url() string {
+	var out []string
+	for _, s := range e.srvs {
+		out = append(out, s.ClientURL())
+	}
+	return strings.Join(out, ",")
+}
+
+// what names the server configuration, for the report.
+func (e *env) what() string {
+	if e.replicas == 1 {
+		return fmt.Sprintf("1 node, sync %s", e.sync)
+	}
+	return fmt.Sprintf("%d-node cluster on loopback, R%d, sync %s", len(e.srvs), e.replicas, e.sync)
 }
 
 // connect opens a TCP connection to the server (as every termlog process
-// does). Call it inside pprof.Do to label the connection's goroutines.
+// does; to every node of a cluster). Call it inside pprof.Do to label the
+// connection's goroutines.
 func (e *env) connect(name string) (*nats.Conn, error) {
-	nc, err := e.srv.Connect(nats.Name(name), nats.NoReconnect())
+	var nc *nats.Conn
+	var err error
+	if len(e.srvs) == 1 {
+		nc, err = e.srvs[0].Connect(nats.Name(name), nats.NoReconnect())
+	} else {
+		nc, err = nats.Connect(e.url(), nats.Name(name), nats.NoReconnect())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -55,24 +125,27 @@ func (e *env) close() {
 	for _, nc := range conns {
 		nc.Close()
 	}
-	e.srv.Shutdown()
+	for _, s := range e.srvs {
+		s.Shutdown()
+	}
 }
 
-// openLog opens the termlog stream of cluster.
-func openLog(ctx context.Context, nc *nats.Conn, cluster string) (*natslog.Log, error) {
+// openLog opens the termlog stream of cluster, at e's replicas.
+func (e *env) openLog(ctx context.Context, nc *nats.Conn, cluster string) (*natslog.Log, error) {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return natslog.Open(octx, nc, natslog.Config{Cluster: cluster})
+	return natslog.Open(octx, nc, natslog.Config{Cluster: cluster, Replicas: e.replicas})
 }
 
-// rawStream creates a plain stream with the termlog stream's storage and
-// dedupe window, for raw baselines.
-func rawStream(ctx context.Context, js jetstream.JetStream, name, subjects string) (jetstream.Stream, error) {
+// rawStream creates a plain stream with the termlog stream's storage,
+// replicas and dedupe window, atomic batches allowed, for raw baselines.
+func (e *env) rawStream(ctx context.Context, js jetstream.JetStream, name, subjects string) (jetstream.Stream, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: name, Subjects: []string{subjects}, Retention: jetstream.LimitsPolicy,
-		Storage: jetstream.FileStorage, Replicas: 1, Duplicates: natslog.DefaultDuplicates,
+		Storage: jetstream.FileStorage, Replicas: e.replicas, Duplicates: natslog.DefaultDuplicates,
+		AllowAtomicPublish: true,
 	})
 }
 

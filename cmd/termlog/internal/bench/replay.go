@@ -190,7 +190,7 @@ func (r *run) fillReplay(ctx context.Context, nc *nats.Conn, w *workload, group 
 	if err != nil {
 		return nil, nil, err
 	}
-	log, err := openLog(ctx, nc, replayCluster)
+	log, err := r.env.openLog(ctx, nc, replayCluster)
 	if err != nil {
 		return nil, nil, err
 	}
