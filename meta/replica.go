@@ -294,7 +294,12 @@ func (r *Replica) campaign(ctx context.Context) {
 	// last renewal, with no notification to watch for).
 	retry := r.cfg.LeaseTTL / 6
 	for ctx.Err() == nil {
-		lease, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
+		// Each attempt bounded: a lease bucket electing a leader leaves a
+		// request unanswered however long one waits, and answers the next
+		// one once it has a leader.
+		actx, acancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL/3, time.Second))
+		lease, err := r.cfg.Lease.Acquire(actx, r.cfg.ID)
+		acancel()
 		switch {
 		case err == nil:
 			term, reason := r.lead(ctx, lease)
