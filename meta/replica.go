@@ -388,6 +388,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		start("schedule", l.scheduleLoop)
 		start("health", l.healthLoop)
 		start("snapshot", func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
+		start("colocate", l.colocateLoop)
 	}
 
 	<-lctx.Done()
