@@ -17,12 +17,11 @@ import (
 	"github.com/termlog/termlog/natsserver"
 )
 
-// TestNATSStopIsLameDuck: `termlog nats` on SIGTERM goes through lame-duck
-// mode: the R3 stream its node leads has another leader before the process
-// exits, and its clients were told it is going (nats.go's
-// LameDuckModeHandler) before it closed them, so they move at once.
-func TestNATSStopIsLameDuck(t *testing.T) {
-	bin := buildBinary(t)
+// startNATS3 runs a 3-node cluster of `termlog nats` processes (names
+// n1..n3, free ports, data in a temp dir) with extra flags and waits until
+// each says JetStream is ready; url(i) is node i's client URL.
+func startNATS3(t *testing.T, bin string, extra ...string) ([3]*upProc, func(int) string) {
+	t.Helper()
 	dir := t.TempDir()
 	var client, route [3]int
 	var routes []string
@@ -33,12 +32,23 @@ func TestNATSStopIsLameDuck(t *testing.T) {
 	url := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", client[i]) }
 	var nodes [3]*upProc
 	for i := range 3 {
-		nodes[i] = startProc(t, bin, "nats", "--insecure", "--name", fmt.Sprintf("n%d", i+1), "--port", fmt.Sprint(client[i]),
-			"--cluster-port", fmt.Sprint(route[i]), "--routes", strings.Join(routes, ","), "--data", filepath.Join(dir, fmt.Sprintf("n%d", i+1)))
+		args := append([]string{"nats", "--name", fmt.Sprintf("n%d", i+1), "--port", fmt.Sprint(client[i]),
+			"--cluster-port", fmt.Sprint(route[i]), "--routes", strings.Join(routes, ","), "--data", filepath.Join(dir, fmt.Sprintf("n%d", i+1))}, extra...)
+		nodes[i] = startProc(t, bin, args...)
 	}
 	for i := range 3 {
 		testkit.Eventually(t, 60*time.Second, "node ready", func() bool { return strings.Contains(nodes[i].out.String(), "JetStream cluster ready") })
 	}
+	return nodes, url
+}
+
+// TestNATSStopIsLameDuck: `termlog nats` on SIGTERM goes through lame-duck
+// mode: the R3 stream its node leads has another leader before the process
+// exits, and its clients were told it is going (nats.go's
+// LameDuckModeHandler) before it closed them, so they move at once.
+func TestNATSStopIsLameDuck(t *testing.T) {
+	bin := buildBinary(t)
+	nodes, url := startNATS3(t, bin, "--insecure")
 	nc, err := nats.Connect(strings.Join([]string{url(0), url(1), url(2)}, ","))
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,6 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/sched"
-	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/view"
 )
@@ -51,6 +50,10 @@ type Status struct {
 	// Health is the leader's published shard and store health, its age,
 	// and what keeps the cluster from healthy.
 	Health Health `json:"health"`
+	// Stale, when set, says this status is not a read of the stream but a
+	// copy (the leader's last health record) read while the stream's
+	// leader did not answer: never healthy, exit 1.
+	Stale *Stale `json:"stale,omitempty"`
 }
 
 // loadStatus folds the stream, from the newest usable snapshot when the
@@ -199,6 +202,9 @@ func printStatus(w io.Writer, s Status) {
 	if s.TermLease != 0 {
 		term += fmt.Sprintf(" (lease rev %d)", s.TermLease)
 	}
+	if s.Stale != nil {
+		fmt.Fprintln(w, s.Stale.String())
+	}
 	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease holder %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
 	if si := s.FromSnapshot; si != nil {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
@@ -254,25 +260,9 @@ func sortedIDs(m map[uint64]string) []uint64 {
 	return ids
 }
 
-// status connects, reads the stream and the lease bucket, and hangs up;
-// each step within --timeout, a failure naming its cause.
-func (g *globals) status(ctx context.Context) (Status, error) {
-	lg, err := g.logger()
-	if err != nil {
-		return Status{}, err
-	}
-	s, err := g.dialSession("termlog-status", natsserver.RoleObserver)
-	if err != nil {
-		return Status{}, err
-	}
-	defer s.Close()
-	l, err := s.openStream(ctx, false)
-	if err != nil {
-		return Status{}, err
-	}
-	// Only snapshots passed over are worth a line next to the answer.
-	return loadStatusFrom(ctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
-}
+// status is statusRead answering from a copy, marked stale, while the
+// event stream elects a leader.
+func (g *globals) status(ctx context.Context) (Status, error) { return g.statusRead(ctx, true) }
 
 // Exit statuses of status.
 const (
@@ -442,7 +432,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Short: "List the workers (read from the projection of the stream)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := g.status(cmd.Context())
+			s, err := g.statusRead(cmd.Context(), false)
 			if err != nil {
 				return err
 			}
