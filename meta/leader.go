@@ -259,6 +259,9 @@ func (l *leaderSession) mayAppend() error {
 	if nc != nil && !nc.IsConnected() {
 		return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
 	}
+	if l.r.leaving.Load() {
+		return fmt.Errorf("%w (its NATS server is stopping: lame duck)", ErrDisconnected)
+	}
 	return l.leaseFresh()
 }
 

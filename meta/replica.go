@@ -141,7 +141,8 @@ type Replica struct {
 	fenced     atomic.Uint64
 	stale      atomic.Uint64 // appends not sent: the lease was last renewed too long ago
 	heartbeats atomic.Uint64
-	tail       atomicTail // the stream's tail as sampleTail last read it
+	leaving    atomic.Bool // the NATS server is in lame-duck mode (ServerLeaving)
+	tail       atomicTail  // the stream's tail as sampleTail last read it
 }
 
 // atomicTail is a stream tail and when it was read.

@@ -249,7 +249,7 @@ func fatalConnectError(err error) bool {
 // --nats URLs, waiting with backoff, and saying so, while nothing answers;
 // wrong credentials fail at once. The connection reconnects forever and
 // logs losing and regaining NATS.
-func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role) (*nats.Conn, error) {
+func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role, extra ...nats.Option) (*nats.Conn, error) {
 	ro, err := g.roleOptions(role)
 	if err != nil {
 		return nil, err
@@ -270,6 +270,7 @@ func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name strin
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { lg.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("reconnected to NATS") }),
 	)
+	opts = append(opts, extra...)
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(g.natsURL, opts...)

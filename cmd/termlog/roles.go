@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -205,7 +206,16 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 			o.replicas = int(g.replicas)
 			rlg := lg.With().Str("replica", id).Logger()
 			return runRole(rlg, "meta replica", func() error {
-				nc, err := g.connectRole(cmd.Context(), rlg, id, natsserver.RoleMeta)
+				// Its server going into lame-duck mode: the replica lets its
+				// appends in flight be answered before it moves.
+				var rep atomic.Pointer[meta.Replica]
+				nc, err := g.connectRole(cmd.Context(), rlg, id, natsserver.RoleMeta, nats.LameDuckModeHandler(func(nc *nats.Conn) {
+					if r := rep.Load(); r != nil {
+						r.ServerLeaving(nc)
+						return
+					}
+					_ = nc.ForceReconnect()
+				}))
 				if err != nil {
 					return err
 				}
@@ -215,6 +225,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				rep.Store(r)
 				stop, err := metricsFor(cmd.Context(), o.metricsAddr, rlg, metaCollector{r: r})
 				if err != nil {
 					return err

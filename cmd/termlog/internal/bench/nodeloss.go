@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -214,10 +215,10 @@ func waitReady(ctx context.Context, n *nlNode) error {
 // nlConn connects to every node, node i first, reconnecting forever and
 // never buffering a publish while reconnecting, leaving a node in lame-duck
 // mode at once (as termlog's roles do).
-func (c *nlNATS) conn(i int, name string) (*nats.Conn, error) {
-	return nats.Connect(c.urlsFrom(i), nats.Name(name), nats.Timeout(2*time.Second), nats.DontRandomize(),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectBufSize(-1),
-		nats.LameDuckModeHandler(func(nc *nats.Conn) { _ = nc.ForceReconnect() }))
+func (c *nlNATS) conn(i int, name string, extra ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(c.urlsFrom(i), append([]nats.Option{nats.Name(name), nats.Timeout(2 * time.Second), nats.DontRandomize(),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1),
+		nats.LameDuckModeHandler(func(nc *nats.Conn) { _ = nc.ForceReconnect() })}, extra...)...)
 }
 
 // streamGroup is who leads a stream, and whether every replica is current.
@@ -444,7 +445,14 @@ func (r *run) nodeLoss(ctx context.Context) error {
 	defer func() { stopAll(metas) }()
 	for i := range 3 {
 		id := fmt.Sprintf("meta-%d", i+1)
-		nc, err := c.conn(i, id)
+		var replica atomic.Pointer[meta.Replica]
+		nc, err := c.conn(i, id, nats.LameDuckModeHandler(func(nc *nats.Conn) { // as termlog meta run does
+			if r := replica.Load(); r != nil {
+				r.ServerLeaving(nc)
+				return
+			}
+			_ = nc.ForceReconnect()
+		}))
 		if err != nil {
 			return err
 		}
@@ -464,6 +472,7 @@ func (r *run) nodeLoss(ctx context.Context) error {
 			nc.Close()
 			return fmt.Errorf("%s: %w", id, err)
 		}
+		replica.Store(rep)
 		rctx, rcancel := context.WithCancel(context.Background())
 		m := &metaNode{Replica: rep, nc: nc, cancel: rcancel, done: make(chan struct{})}
 		go func() { defer close(m.done); _ = rep.Run(rctx) }()
