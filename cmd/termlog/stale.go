@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/natsserver"
 )
@@ -115,14 +117,16 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 	}
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
-	answered := make(chan struct{})
+	answered := make(chan struct{}) // the stream's leader answered
+	silent := make(chan struct{})   // ... and then stopped answering
 	done := make(chan result, 1)
 	began := time.Now()
 	go func() {
 		l, err := s.openStream(fctx, false)
 		if err == nil {
 			// The stream's leader answers its last seq: from here on the
-			// read is the stream's, however long the fold takes.
+			// read is the stream's, however long the fold takes, as long
+			// as the leader goes on answering.
 			err = s.call(fctx, func(ctx context.Context) error { _, err := l.Tail(ctx); return err })
 			if err != nil {
 				err = s.timeoutError(err, "stream "+l.Stream()+" did not answer")
@@ -133,8 +137,15 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 			return
 		}
 		close(answered)
+		pctx, pcancel := context.WithCancel(fctx)
+		var probe sync.WaitGroup
+		if allowStale {
+			probe.Go(func() { probeLeader(pctx, l, silent) })
+		}
 		// Only snapshots passed over are worth a line next to the answer.
 		st, err := loadStatusFrom(fctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
+		pcancel()
+		probe.Wait()
 		done <- result{st, err}
 	}()
 	wait := func() (Status, error) { r := <-done; return r.st, r.err }
@@ -147,22 +158,58 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 	case r := <-done:
 		return r.st, r.err
 	case <-answered:
-		return wait()
+		select {
+		case r := <-done:
+			return r.st, r.err
+		case <-silent:
+		}
 	case <-timer.C:
 	}
-	sctx, scancel := context.WithTimeout(ctx, staleRead)
 	why := fmt.Sprintf("the event stream's leader did not answer within %s (a NATS node lost, its Raft group electing a leader?)", time.Since(began).Round(10*time.Millisecond))
+	select {
+	case <-silent:
+		why = fmt.Sprintf("the event stream's leader stopped answering during the read (for %s: a NATS node lost, its Raft group electing a leader?)", staleAfter)
+	default:
+	}
+	sctx, scancel := context.WithTimeout(ctx, staleRead)
 	st, serr := staleStatus(sctx, s.nc, g.cluster, why)
 	scancel()
 	if serr != nil {
 		return wait() // no copy either: the stream's answer, or its error, as before
 	}
 	select {
-	case <-answered: // the stream answered meanwhile: its read, not the copy
-		return wait()
+	case r := <-done: // the read came meanwhile: it, not the copy
+		if r.err == nil {
+			return r.st, nil
+		}
 	default:
+		fcancel()
+		<-done
 	}
-	fcancel()
-	<-done
 	return st, nil
+}
+
+// probeLeader asks the stream's leader for its last seq every staleAfter
+// while a status read folds the stream, and closes silent when it does not
+// answer within staleAfter (the leader's node lost mid-read).
+func probeLeader(ctx context.Context, l *natslog.Log, silent chan struct{}) {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, staleAfter)
+		_, err := l.Tail(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			close(silent)
+			return
+		}
+		t := time.NewTimer(staleAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
