@@ -10,7 +10,9 @@ import (
 // mode sends no new append before it moves to another server: the appends
 // in flight (milliseconds on a healthy cluster) get their acks on the old
 // connection instead of losing them with it and waiting out AppendTimeout.
-const leaveDrain = 150 * time.Millisecond
+// It is below the server's grace before it closes clients itself
+// (natsserver.DefaultLameDuck/10 = 400ms), like natsserver.LameDuckDrain.
+const leaveDrain = 300 * time.Millisecond
 
 // ServerLeaving is a replica's NATS connection's LameDuckModeHandler: the
 // server is stopping gracefully (its Raft leaderships were handed over).

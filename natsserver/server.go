@@ -25,7 +25,26 @@ const tlsTimeout = 5 * time.Second
 // DefaultLameDuck is ServerConfig.LameDuck's default: the clients of a
 // node stopping in lame-duck mode are closed (and reconnect elsewhere)
 // within it, after its leaderships moved and its JetStream stopped.
-const DefaultLameDuck = 2 * time.Second
+const DefaultLameDuck = 4 * time.Second
+
+// LameDuckDrain is how long a client of a node in lame-duck mode goes on
+// using it before it moves (see MoveOnLameDuck): below the node's grace
+// before it closes clients itself (DefaultLameDuck/10).
+const LameDuckDrain = 300 * time.Millisecond
+
+// MoveOnLameDuck is the LameDuckModeHandler of termlog's clients: told that
+// its server is stopping gracefully, a connection goes on using it for
+// LameDuckDrain (the server still routes its requests, so the replies of
+// those in flight arrive instead of being lost with the connection and
+// waited out), then moves to another server. It runs on nats.go's callback
+// goroutine.
+func MoveOnLameDuck() nats.Option {
+	return nats.LameDuckModeHandler(func(nc *nats.Conn) {
+		t := time.NewTimer(LameDuckDrain)
+		<-t.C
+		_ = nc.ForceReconnect()
+	})
+}
 
 // DefaultReadyTimeout bounds how long StartServer waits for the server to
 // accept clients and for JetStream to answer.
@@ -264,7 +283,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		cfg.LameDuck = DefaultLameDuck
 	}
 	opts.LameDuckDuration = cfg.LameDuck
-	opts.LameDuckGracePeriod = cfg.LameDuck / 10 // must be > 0 (0 is 10 s) and < the duration
+	// Must be > 0 (0 is 10 s) and < the duration: no client is closed
+	// before it (400ms by default), so a client that moves by itself on the
+	// notice (meta.Replica.ServerLeaving: 300ms) always moves first.
+	opts.LameDuckGracePeriod = cfg.LameDuck / 10
 	if cfg.clustered() {
 		cport := cfg.ClusterPort
 		if cport == 0 {
