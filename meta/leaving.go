@@ -11,7 +11,7 @@ import (
 // in flight (milliseconds on a healthy cluster) get their acks on the old
 // connection instead of losing them with it and waiting out AppendTimeout.
 // It is below the server's grace before it closes clients itself
-// (natsserver.DefaultLameDuck/10 = 400ms), like natsserver.LameDuckDrain.
+// (natsserver.DefaultLameDuck/10 = 400ms).
 const leaveDrain = 300 * time.Millisecond
 
 // ServerLeaving is a replica's NATS connection's LameDuckModeHandler: the

@@ -30,8 +30,8 @@ import (
 func roleConnOptions(name string) []nats.Option {
 	return []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1),
-		// A node in lame-duck mode: move once the requests in flight are
-		// answered, before it closes the connection.
+		// A node in lame-duck mode has stopped its JetStream: move now,
+		// not when it closes the connection.
 		natsserver.MoveOnLameDuck()}
 }
 

@@ -214,7 +214,7 @@ func waitReady(ctx context.Context, n *nlNode) error {
 
 // nlConn connects to every node, node i first, reconnecting forever and
 // never buffering a publish while reconnecting, leaving a node in lame-duck
-// mode once its requests in flight are answered (as termlog's roles do).
+// mode at once (as termlog's roles do).
 func (c *nlNATS) conn(i int, name string, extra ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect(c.urlsFrom(i), append([]nats.Option{nats.Name(name), nats.Timeout(2 * time.Second), nats.DontRandomize(),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1),
