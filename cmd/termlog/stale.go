@@ -156,7 +156,18 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		return r.st, r.err
+		if r.err == nil || !natslog.Unanswered(r.err) {
+			return r.st, r.err
+		}
+		// Refused at once by a node whose JetStream is stopping or
+		// electing (503): the copy, like an unanswered read.
+		sctx, scancel := context.WithTimeout(ctx, staleRead)
+		st, serr := staleStatus(sctx, s.nc, g.cluster, fmt.Sprintf("the event stream could not be read (%v)", r.err))
+		scancel()
+		if serr != nil {
+			return r.st, r.err
+		}
+		return st, nil
 	case <-answered:
 		select {
 		case r := <-done:
