@@ -38,6 +38,7 @@ func (l *leaderSession) colocateLoop(ctx context.Context) {
 		return
 	}
 	events, lease := wire.Stream(l.r.cfg.Cluster), "KV_"+wire.LeaseBucket(l.r.cfg.Cluster)
+	single := false // the stream has one replica: nothing to keep together
 	leaderOf := func(name string) (string, bool) {
 		actx, cancel := context.WithTimeout(ctx, colocateEvery)
 		defer cancel()
@@ -45,9 +46,13 @@ func (l *leaderSession) colocateLoop(ctx context.Context) {
 		if err != nil {
 			return "", false
 		}
+		if st.CachedInfo().Config.Replicas <= 1 {
+			single = true
+			return "", false
+		}
 		ci := st.CachedInfo().Cluster
-		if ci == nil || len(ci.Replicas) == 0 {
-			return "", false // one server: nothing to keep together
+		if ci == nil {
+			return "", false
 		}
 		return ci.Leader, ci.Leader != ""
 	}
@@ -60,6 +65,9 @@ func (l *leaderSession) colocateLoop(ctx context.Context) {
 		}
 		wait = colocateEvery
 		evL, ok1 := leaderOf(events)
+		if single {
+			return
+		}
 		leL, ok2 := leaderOf(lease)
 		if !ok1 || !ok2 || evL == leL {
 			continue
