@@ -121,6 +121,13 @@ type Status struct {
 		Healthy  bool          `json:"healthy"`
 		Problems []string      `json:"problems,omitempty"`
 	} `json:"health"`
+	// Stale is set when status answered from a copy (the leader's health
+	// record) because the event stream's leader did not answer: not a
+	// read of the stream, so no read for the checks.
+	Stale *struct {
+		Reason string `json:"reason"`
+		Seq    uint64 `json:"seq"`
+	} `json:"stale,omitempty"`
 }
 
 // StatusRead is one `status -o json`: exit 0 healthy, 1 degraded (both
@@ -132,8 +139,9 @@ type StatusRead struct {
 	Invoke, Return time.Time
 }
 
-// OK reports whether the read returned a status (healthy or degraded).
-func (r StatusRead) OK() bool { return r.Code == 0 || r.Code == 1 }
+// OK reports whether the read returned a status of the stream (healthy or
+// degraded), not a stale copy.
+func (r StatusRead) OK() bool { return (r.Code == 0 || r.Code == 1) && r.Status.Stale == nil }
 
 // ReadStatus runs `status -o json`.
 func (c *Cluster) ReadStatus(ctx context.Context) StatusRead {
@@ -143,9 +151,11 @@ func (c *Cluster) ReadStatus(ctx context.Context) StatusRead {
 		sr.Code, sr.Err = 2, err.Error()
 		return sr
 	}
-	if sr.OK() {
+	if sr.Code == 0 || sr.Code == 1 {
 		if err := json.Unmarshal([]byte(r.Stdout), &sr.Status); err != nil {
 			sr.Code, sr.Err = 2, fmt.Sprintf("status -o json: %v: %.200s", err, r.Stdout)
+		} else if st := sr.Status.Stale; st != nil {
+			sr.Err = "stale: " + st.Reason
 		}
 	}
 	return sr

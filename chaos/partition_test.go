@@ -127,8 +127,14 @@ func (c *pcluster) status(ctx context.Context) (Status, int, error) {
 	if err == nil {
 		err = json.Unmarshal([]byte(out), &st)
 	}
+	if err == nil && st.Stale != nil {
+		// A copy read while the stream's leader did not answer: not a
+		// read of the stream.
+		err = fmt.Errorf("status exit %d, stale: %s", code, st.Stale.Reason)
+	}
 	if err != nil {
-		// A failed read: no output, so nothing to check.
+		// A failed (or stale) read: no output of the stream, so nothing
+		// to check.
 		returned(Op{Client: "status", Kind: OpStatus, Outcome: OutcomeUnknown})
 		return Status{}, code, err
 	}

@@ -82,13 +82,19 @@ func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *pr
 	return err
 }
 
+// renewLoop renews the lease lease/3 after the last renewal that was
+// stored. A renewal that goes unanswered or fails without losing the lease
+// (a NATS node lost, its lease bucket electing a leader) is asked again
+// until it succeeds or the watchdog's limit (lease*2/3 after the last
+// stored renewal) passes: one unanswered request does not end the term,
+// and nothing extends it past the limit.
 func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
 	cfg := &l.r.cfg
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-cfg.Clock.After(cfg.LeaseTTL / 3):
+		case <-cfg.Clock.After(last.Load().Add(cfg.LeaseTTL / 3).Sub(cfg.Clock.Now())):
 		}
 		if err := cfg.Failpoints.Hit(ctx, FPBeforeRenewal); err != nil {
 			if ctx.Err() != nil {
@@ -98,18 +104,55 @@ func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
 			return
 		}
 		// The lease runs from when the renewal was sent, not from when
-		// its answer came back (which may be up to lease/3 later).
+		// its answer came back; after retries, from when its first attempt
+		// was sent (a retry answered as a duplicate stored that one).
 		sent := cfg.Clock.Now()
-		rctx, cancel := context.WithTimeout(ctx, cfg.LeaseTTL/3)
-		err := cfg.Lease.Renew(rctx)
-		cancel()
-		if err != nil {
+		if err := l.renew(ctx, last.Load()); err != nil {
 			if ctx.Err() == nil {
 				l.lose(fmt.Sprintf("renewal failed: %v", err))
 			}
 			return
 		}
 		last.Store(sent)
+	}
+}
+
+// renewRetryMax caps the pause between a renewal's attempts.
+const renewRetryMax = 250 * time.Millisecond
+
+// renew is one renewal: attempts until one succeeds, the lease is lost,
+// or lease*2/3 has passed since last (the last stored renewal); each
+// attempt is bounded by lease/3 and by that limit.
+func (l *leaderSession) renew(ctx context.Context, last time.Time) error {
+	cfg := &l.r.cfg
+	deadline := last.Add(cfg.LeaseTTL * 2 / 3)
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		left := deadline.Sub(cfg.Clock.Now())
+		if left <= 0 {
+			return fmt.Errorf("no renewal within %s of the last one (%d attempts)", cfg.LeaseTTL*2/3, attempt-1)
+		}
+		rctx, cancel := context.WithTimeout(ctx, min(cfg.LeaseTTL/3, left))
+		err := cfg.Lease.Renew(rctx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				l.logger.Info().Int("attempts", attempt).Msg("lease renewed after asking again")
+			}
+			return nil
+		}
+		if errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+			return err
+		}
+		if attempt == 1 {
+			l.logger.Warn().Err(err).Dur("left", left.Round(time.Millisecond)).Msg("lease renewal unanswered; asking again within the lease")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cfg.Clock.After(min(backoff, max(deadline.Sub(cfg.Clock.Now()), 0))):
+		}
+		backoff = min(2*backoff, renewRetryMax)
 	}
 }
 
@@ -215,6 +258,9 @@ func (l *leaderSession) mayAppend() error {
 	nc := l.r.cfg.NC
 	if nc != nil && !nc.IsConnected() {
 		return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
+	}
+	if l.r.leaving.Load() {
+		return fmt.Errorf("%w (its NATS server is stopping: lame duck)", ErrDisconnected)
 	}
 	return l.leaseFresh()
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/termlog/termlog/internal/wire"
@@ -43,11 +44,16 @@ func LeaseBucket(cluster string) string { return wire.LeaseBucket(cluster) }
 // bucket TTL, never a per-key TTL, which Update would drop.
 type KVLease struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream
+	// subject is the lease key's subject, $KV.<bucket>.leader: a renewal is
+	// published there itself, to carry a Nats-Msg-Id (see Renew).
+	subject string
 
 	mu     sync.Mutex
 	holder string
 	term   uint64
 	rev    uint64
+	asked  uint64 // the revision the last renewal attempt was made from
 }
 
 // LeaseTTLError is an existing lease bucket whose TTL is not the one asked
@@ -92,7 +98,7 @@ func OpenKVLease(ctx context.Context, js jetstream.JetStream, cluster string, tt
 		var te *LeaseTTLError
 		switch {
 		case err == nil:
-			return &KVLease{kv: kv}, nil
+			return &KVLease{kv: kv, js: js, subject: "$KV." + cfg.Bucket + "." + LeaseKey}, nil
 		case errors.As(err, &te):
 			return nil, err
 		}
@@ -144,7 +150,14 @@ func (l *KVLease) Acquire(ctx context.Context, holder string) (uint64, error) {
 	return rev, nil
 }
 
-// Renew implements Lease.
+// Renew implements Lease. It is KV Update(rev), published with the
+// Nats-Msg-Id <holder>-renew-<rev>, so that asking again after an
+// unanswered renewal is safe: if the first one was stored, the server
+// answers the retry as a duplicate with the first one's revision instead
+// of refusing it for its stale expected revision (which would lose a lease
+// that was renewed). The caller must date a renewal that succeeded after a
+// retry from its first attempt (see leaderSession.renew): a duplicate's
+// stored message is the first attempt's.
 func (l *KVLease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	holder, rev := l.holder, l.rev
@@ -152,20 +165,52 @@ func (l *KVLease) Renew(ctx context.Context) error {
 	if rev == 0 {
 		return ErrLeaseLost
 	}
-	nrev, err := l.kv.Update(ctx, LeaseKey, []byte(holder), rev)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || isWrongRev(err) {
-			l.mu.Lock()
-			l.rev = 0
-			l.mu.Unlock()
-			return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+	l.mu.Lock()
+	again := l.asked == rev
+	l.asked = rev
+	l.mu.Unlock()
+	id := fmt.Sprintf("%s-renew-%d", holder, rev)
+	m := &nats.Msg{Subject: l.subject, Data: []byte(holder), Header: nats.Header{}}
+	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgID(id))
+	var nrev uint64
+	switch {
+	case err == nil:
+		nrev = ack.Sequence
+	case again && isWrongRev(err):
+		// A single server checks the revision before the msg id: an
+		// earlier attempt that was stored makes this one "wrong last
+		// sequence". The key's last message says whether it is ours.
+		if seq, ok := l.storedRenewal(ctx, id); ok {
+			nrev = seq
+			break
 		}
+		fallthrough
+	case errors.Is(err, jetstream.ErrKeyNotFound) || isWrongRev(err):
+		l.mu.Lock()
+		l.rev = 0
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %v", ErrLeaseLost, err)
+	default:
 		return fmt.Errorf("renew lease: %w", err)
 	}
 	l.mu.Lock()
 	l.rev = nrev
 	l.mu.Unlock()
 	return nil
+}
+
+// storedRenewal reads the lease key's last message: the revision of the
+// renewal with msg id id if it is the one stored there.
+func (l *KVLease) storedRenewal(ctx context.Context, id string) (uint64, bool) {
+	st, err := l.js.Stream(ctx, "KV_"+l.kv.Bucket())
+	if err != nil {
+		return 0, false
+	}
+	m, err := st.GetLastMsgForSubject(ctx, l.subject)
+	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != id {
+		return 0, false
+	}
+	return m.Sequence, true
 }
 
 func isWrongRev(err error) bool {

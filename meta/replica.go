@@ -142,7 +142,8 @@ type Replica struct {
 	fenced     atomic.Uint64
 	stale      atomic.Uint64 // appends not sent: the lease was last renewed too long ago
 	heartbeats atomic.Uint64
-	tail       atomicTail // the stream's tail as sampleTail last read it
+	leaving    atomic.Bool // the NATS server is in lame-duck mode (ServerLeaving)
+	tail       atomicTail  // the stream's tail as sampleTail last read it
 }
 
 // atomicTail is a stream tail and when it was read.
@@ -296,7 +297,12 @@ func (r *Replica) campaign(ctx context.Context) {
 	// last renewal, with no notification to watch for).
 	retry := r.cfg.LeaseTTL / 6
 	for ctx.Err() == nil {
-		lease, err := r.cfg.Lease.Acquire(ctx, r.cfg.ID)
+		// Each attempt bounded: a lease bucket electing a leader leaves a
+		// request unanswered however long one waits, and answers the next
+		// one once it has a leader.
+		actx, acancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL/3, time.Second))
+		lease, err := r.cfg.Lease.Acquire(actx, r.cfg.ID)
+		acancel()
 		switch {
 		case err == nil:
 			term, reason := r.lead(ctx, lease)
@@ -389,6 +395,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		start("schedule", l.scheduleLoop)
 		start("health", l.healthLoop)
 		start("snapshot", func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
+		start("colocate", l.colocateLoop)
 	}
 
 	<-lctx.Done()

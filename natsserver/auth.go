@@ -273,7 +273,8 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 			wire.ExecWildcard(cluster),   // config changes run by stores
 			jsAPI + "STREAM.CREATE." + stream,
 			jsAPI + "STREAM.CREATE.KV_" + bucket,
-			"$O." + wire.SnapshotBucket(cluster) + ".>", // snapshot chunks and metadata
+			jsAPI + "STREAM.LEADER.STEPDOWN.KV_" + bucket, // keep the lease's Raft leader with the stream's (meta/colocate.go)
+			"$O." + wire.SnapshotBucket(cluster) + ".>",   // snapshot chunks and metadata
 			jsAPI + "STREAM.CREATE.OBJ_" + wire.SnapshotBucket(cluster),
 			jsAPI + "STREAM.PURGE.OBJ_" + wire.SnapshotBucket(cluster), // old snapshots' chunks
 			"$KV." + health + ".>",                                     // the leader's health record

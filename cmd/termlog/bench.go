@@ -30,6 +30,9 @@ baseline on the same server:
   heartbeat  leader CPU and p99 reply latency with N workers at 1 Hz vs a trivial responder
   failover   leader killed -> term.started -> barrier recovery complete vs a raw lease handover
   memory     bytes per worker in a projection and in a leading replica
+  nodeloss   (only with --only nodeloss) a 3-node NATS cluster (termlog nats processes, --sync always):
+             SIGKILL and SIGTERM of the stream leader's, the lease leader's and a follower's node;
+             append blackout vs a raw publisher, time without a meta leader, term changes, status
 
 Every group but sync runs on a server with --sync interval unless --sync always
 is given; the sync group runs the same appends and burst on one server of each.
@@ -83,6 +86,8 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "meta lease (the failover target is lease + 1 s)")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile of each measured phase into this directory (go tool pprof)")
 	f.DurationVar(&cfg.BurstTimeout, "burst-timeout", cfg.BurstTimeout, "bound of the registration burst; a burst cut short is reported as partial")
+	f.IntVar(&cfg.NodeLoss.Kills, "kills", 5, "nodeloss: losses of each scenario (min/median/max over them)")
+	f.IntVar(&cfg.NodeLoss.PortBase, "nodeloss-ports", 0, "nodeloss: the nodes' client ports are this..+2, their route ports +3..+5 (0: free ports)")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "bound of each other phase that waits on the cluster or the stream; a phase cut short is reported as partial")
 	return cmd
 }

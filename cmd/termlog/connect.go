@@ -349,8 +349,9 @@ func permanent(ctx context.Context) (permanentError, bool) {
 // wrong credentials fail at once. The connection reconnects forever and
 // logs losing and regaining NATS. A permissions violation or an
 // authorization failure on the connection is permanent: fatal gets it
-// (once), and the role ends with it.
-func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role, fatal func(error)) (*nats.Conn, error) {
+// (once), and the role ends with it. extra are options of the role
+// (a lame-duck handler).
+func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name string, role natsserver.Role, fatal func(error), extra ...nats.Option) (*nats.Conn, error) {
 	ro, err := g.roleOptions(role)
 	if err != nil {
 		return nil, err
@@ -375,6 +376,7 @@ func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name strin
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { lg.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("reconnected to NATS") }),
 	)
+	opts = append(opts, extra...)
 	backoff := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(g.natsURL, opts...)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,7 +29,10 @@ import (
 // would send it when the server is back, long after the decision it carried).
 func roleConnOptions(name string) []nats.Option {
 	return []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1)}
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1),
+		// A node in lame-duck mode has stopped its JetStream: move now,
+		// not when it closes the connection.
+		natsserver.MoveOnLameDuck()}
 }
 
 // leaderRPC sends one request to the meta leader as admin and returns its
@@ -141,8 +145,15 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "NATS JetStream at %s, data in %s; Ctrl-C stops it\n", srv.ClientURL(), data)
 			}
 			<-cmd.Context().Done()
-			fmt.Fprintln(cmd.OutOrStdout(), "NATS stopping")
-			srv.Shutdown()
+			if cfg.ClusterName != "" {
+				// Hand the Raft leaderships over first, so the cluster
+				// loses no election timeout (4-9 s) to this node's stop.
+				fmt.Fprintf(cmd.OutOrStdout(), "NATS stopping: lame duck (handing over this node's Raft leaderships, then closing its clients within %s)\n", natsserver.DefaultLameDuck)
+				srv.LameDuckShutdown()
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), "NATS stopping")
+				srv.Shutdown()
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), "NATS stopped; data kept in", data)
 			return nil
 		},
@@ -201,7 +212,16 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 			return runRole(rlg, "meta replica", func() error {
 				ctx, fatal, result, cancel := roleContext(cmd.Context())
 				defer cancel()
-				nc, err := g.connectRole(ctx, rlg, id, natsserver.RoleMeta, fatal)
+				// Its server going into lame-duck mode: the replica lets its
+				// appends in flight be answered before it moves.
+				var rep atomic.Pointer[meta.Replica]
+				nc, err := g.connectRole(ctx, rlg, id, natsserver.RoleMeta, fatal, nats.LameDuckModeHandler(func(nc *nats.Conn) {
+					if r := rep.Load(); r != nil {
+						r.ServerLeaving(nc)
+						return
+					}
+					_ = nc.ForceReconnect()
+				}))
 				if err != nil {
 					return err
 				}
@@ -211,6 +231,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return result(err)
 				}
+				rep.Store(r)
 				stop, err := metricsFor(ctx, o.metricsAddr, rlg, metaCollector{r: r})
 				if err != nil {
 					return err

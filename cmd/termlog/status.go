@@ -23,7 +23,6 @@ import (
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/health"
 	"github.com/termlog/termlog/meta/sched"
-	"github.com/termlog/termlog/natsserver"
 	"github.com/termlog/termlog/view"
 )
 
@@ -157,6 +156,9 @@ func printStatus(w io.Writer, s Status) {
 	if s.TermLease != 0 {
 		term += fmt.Sprintf(" (lease rev %d)", s.TermLease)
 	}
+	if s.Stale != nil {
+		fmt.Fprintln(w, s.Stale.String())
+	}
 	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease holder %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
 	if si := s.FromSnapshot; si != nil {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
@@ -223,25 +225,9 @@ func sortedIDs(m map[uint64]string) []uint64 {
 	return ids
 }
 
-// status connects, reads the stream and the lease bucket, and hangs up;
-// each step within --timeout, a failure naming its cause.
-func (g *globals) status(ctx context.Context) (Status, error) {
-	lg, err := g.logger()
-	if err != nil {
-		return Status{}, err
-	}
-	s, err := g.dialSession("termlog-status", natsserver.RoleObserver)
-	if err != nil {
-		return Status{}, err
-	}
-	defer s.Close()
-	l, err := s.openStream(ctx, false)
-	if err != nil {
-		return Status{}, err
-	}
-	// Only snapshots passed over are worth a line next to the answer.
-	return loadStatusFrom(ctx, s, l, lg.Level(max(lg.GetLevel(), zerolog.WarnLevel)))
-}
+// status is statusRead answering from a copy, marked stale, while the
+// event stream elects a leader.
+func (g *globals) status(ctx context.Context) (Status, error) { return g.statusRead(ctx, true) }
 
 func newStatus(g *globals) *cobra.Command {
 	var (
@@ -262,7 +248,9 @@ store: state and last heartbeat; with the record's age).
 Exit status: 0 when healthy; 1 when degraded (a shard under-replicated or without a
 leader, an operator or pending change, a blocked shard, a store down or silent while
 draining, workers not running, no meta leader, recovery incomplete, a stale health
-record); 2 when the cluster cannot be read.
+record); 2 when the cluster cannot be read. While the event stream elects a leader
+(a NATS node lost), status answers within a second from the copy any replica serves
+(the leader's last health record), marked STALE, and exits 1.
 
 --watch redraws whenever something changes (in place at a terminal, appended when
 piped). --wait-healthy blocks until the cluster
@@ -472,7 +460,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{readCommand: "worker list"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := g.status(cmd.Context())
+			s, err := g.statusRead(cmd.Context(), false)
 			if err != nil {
 				return err
 			}

@@ -447,6 +447,11 @@ const (
 	codeClusterIncomplete   jetstream.ErrorCode = 10004
 )
 
+// Unanswered reports whether err is a request that went unanswered or was
+// answered by a cluster electing a leader (see AskAgain): asking again,
+// or elsewhere, may succeed.
+func Unanswered(err error) bool { return unanswered(err) }
+
 // unanswered reports whether a request failed without an answer (nobody
 // answered in time, or nobody listened) or with a transient answer of a
 // cluster electing a leader: asking again may succeed.

@@ -7,6 +7,7 @@
 package health
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -39,6 +40,27 @@ type Status struct {
 	// Health is the leader's published shard and store health, its age,
 	// and what keeps the cluster from healthy.
 	Health Health `json:"health"`
+	// Stale, when set, says this status is not a read of the stream but a
+	// copy (the leader's last health record) read while the stream's
+	// leader did not answer: never healthy, exit 1.
+	Stale *StaleCopy `json:"stale,omitempty"`
+}
+
+// StaleCopy is why a status is not a read of the stream: it was answered from
+// a copy any replica serves (the health record the meta leader published,
+// and the lease), because the event stream's leader did not answer.
+type StaleCopy struct {
+	Reason string `json:"reason"`
+	// Seq is the projected seq of the copy: state as of that seq.
+	Seq uint64 `json:"seq"`
+	// Source names the copy and the server it was read through.
+	Source string `json:"source"`
+	// AgeMS is the copy's age when read (the leader's clock).
+	AgeMS int64 `json:"age_ms"`
+}
+
+func (s *StaleCopy) String() string {
+	return fmt.Sprintf("STALE: %s; state as of seq %d from %s (%s old)", s.Reason, s.Seq, s.Source, (time.Duration(s.AgeMS) * time.Millisecond).Round(100*time.Millisecond))
 }
 
 // Health is the cluster's health as `status` judges it: the leader's

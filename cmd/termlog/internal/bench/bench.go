@@ -41,11 +41,12 @@ const (
 	GroupHeartbeat = "heartbeat"
 	GroupFailover  = "failover"
 	GroupMemory    = "memory"
+	GroupNodeLoss  = "nodeloss" // only when --only names it (about 15 minutes)
 )
 
 // Groups lists every figure group in run order.
 func Groups() []string {
-	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupSync, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory}
+	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupSync, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory, GroupNodeLoss}
 }
 
 // Config sizes a run. Zero fields take the defaults (Defaults).
@@ -90,6 +91,8 @@ type Config struct {
 	// ProfileDir, when set, receives a CPU profile of each measured phase
 	// (<figure>.pprof), for go tool pprof.
 	ProfileDir string
+	// NodeLoss sizes the nodeloss group (nodeloss.go).
+	NodeLoss NodeLossConfig
 }
 
 // Defaults are the sizes of a run without flags: about a minute on 2 cores.
@@ -382,11 +385,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{GroupAppend, r.appends},
 		{GroupSync, r.syncCost},
 		{GroupRegister + "+", r.cluster}, // register, heartbeat and failover share one cluster
+		{GroupNodeLoss, r.nodeLoss},
 	}
 	for _, s := range steps {
 		want := r.cfg.wants(s.group)
 		if s.group == GroupRegister+"+" {
 			want = r.cfg.wants(GroupRegister) || r.cfg.wants(GroupHeartbeat) || r.cfg.wants(GroupFailover)
+		}
+		if s.group == GroupNodeLoss {
+			want = r.cfg.named(GroupNodeLoss)
 		}
 		if !want {
 			continue
