@@ -31,6 +31,7 @@ const (
 	TypeOperatorFinished    = "operator.finished"
 	TypeOperatorFailed      = "operator.failed"
 	TypeShardBlocked        = "shard.blocked"
+	TypeShardRecovered      = "shard.recovered"
 )
 
 // Event is one entry of the stream: the envelope plus its typed payload.
@@ -184,6 +185,22 @@ type OperatorFinished Operator
 // OperatorFailed closes an operator with a reason.
 type OperatorFailed Operator
 
+// ShardRecovered records an operator's recovery of a shard that lost its
+// quorum for good (termlog shard recover): the shard is rebuilt as a
+// one-member shard from the surviving Replica on Store, whose applied index
+// was Applied when the plan was made; the replicas in Gone are declared
+// lost: retired, never started again (like removed ones), and whatever they
+// had committed after Applied is lost. Operator is who ran it.
+type ShardRecovered struct {
+	Shard    uint64            `json:"shard"`
+	Replica  uint64            `json:"replica"`
+	Store    string            `json:"store"`
+	Applied  uint64            `json:"applied"`
+	Gone     map[uint64]string `json:"gone"`
+	Operator string            `json:"operator"`
+	Reason   string            `json:"reason,omitempty"`
+}
+
 // ShardBlocked records why the scheduler can change nothing on a shard
 // (no quorum of running replicas, no store to add a replica on, its
 // membership unreadable), once per change of reason; "" ends it. It is
@@ -211,6 +228,7 @@ func (OperatorStarted) Type() string      { return TypeOperatorStarted }
 func (OperatorFinished) Type() string     { return TypeOperatorFinished }
 func (OperatorFailed) Type() string       { return TypeOperatorFailed }
 func (ShardBlocked) Type() string         { return TypeShardBlocked }
+func (ShardRecovered) Type() string       { return TypeShardRecovered }
 
 // Types lists every known kind, in contract order.
 func Types() []string {
