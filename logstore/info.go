@@ -25,7 +25,7 @@ type ShardInfo struct {
 }
 
 func (h *Host) shardInfoList() []dragonboat.ShardInfo {
-	nhi := h.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
+	nhi := h.nodeHost().GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
 	if nhi == nil { // closed
 		return nil
 	}
@@ -62,7 +62,7 @@ func (h *Host) Running(shard, replica uint64) bool {
 // Persisted returns the replicas that have a bootstrap record (and so local
 // data) on this NodeHost, running or not, ordered by shard then replica.
 func (h *Host) Persisted() []projections.ReplicaRef {
-	nhi := h.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: false})
+	nhi := h.nodeHost().GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: false})
 	if nhi == nil {
 		return nil
 	}

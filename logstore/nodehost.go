@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lni/dragonboat/v4"
@@ -269,9 +270,13 @@ func expertConfig(profile string) dbconfig.ExpertConfig {
 
 // Host is one store's NodeHost. Its methods are safe for concurrent use.
 type Host struct {
-	cfg    Config
-	logDB  string
-	nh     *dragonboat.NodeHost
+	cfg   Config
+	logDB string
+	nhc   dbconfig.NodeHostConfig
+	// nh is the NodeHost; Rebuild replaces it (under mu) by one reopened on
+	// the same directories. A call on the closed one meanwhile fails with
+	// dragonboat.ErrClosed.
+	nh     atomic.Pointer[dragonboat.NodeHost]
 	logger zerolog.Logger
 	clock  clock.Clock
 
@@ -307,10 +312,11 @@ func Open(cfg Config) (*Host, error) {
 	h := &Host{
 		cfg:    cfg,
 		logDB:  profile,
-		nh:     nh,
+		nhc:    nhc,
 		clock:  cfg.Clock,
 		logger: cfg.Logger.With().Str("store", cfg.StoreID).Str("raft_addr", cfg.RaftAddr).Logger(),
 	}
+	h.nh.Store(nh)
 	h.logger.Info().Str("logdb", profile).Str("data_dir", cfg.DataDir).Bool("tls", cfg.TLS != nil).Msg("NodeHost started")
 	return h, nil
 }
@@ -319,8 +325,10 @@ func Open(cfg Config) (*Host, error) {
 func (h *Host) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.nh.Close()
+	h.nodeHost().Close()
 }
+
+func (h *Host) nodeHost() *dragonboat.NodeHost { return h.nh.Load() }
 
 // StoreID is the store's id.
 func (h *Host) StoreID() string { return h.cfg.StoreID }
