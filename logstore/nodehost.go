@@ -276,7 +276,12 @@ type Host struct {
 	// nh is the NodeHost; Rebuild replaces it (under mu) by one reopened on
 	// the same directories. A call on the closed one meanwhile fails with
 	// dragonboat.ErrClosed.
-	nh     atomic.Pointer[dragonboat.NodeHost]
+	nh atomic.Pointer[dragonboat.NodeHost]
+	// nhMu guards the NodeHost against Rebuild's close and swap: a call
+	// made without mu holds it for reading (dragonboat's NodeHost is not
+	// safe to use while it closes). Under mu no lock is needed: Rebuild
+	// holds mu throughout.
+	nhMu   sync.RWMutex
 	logger zerolog.Logger
 	clock  clock.Clock
 
@@ -328,7 +333,14 @@ func (h *Host) Close() {
 	h.nodeHost().Close()
 }
 
+// nodeHost is the NodeHost, for callers holding mu or nhMu.
 func (h *Host) nodeHost() *dragonboat.NodeHost { return h.nh.Load() }
+
+// acquire holds the NodeHost for a call made without mu; call release after.
+func (h *Host) acquire() (*dragonboat.NodeHost, func()) {
+	h.nhMu.RLock()
+	return h.nh.Load(), h.nhMu.RUnlock
+}
 
 // StoreID is the store's id.
 func (h *Host) StoreID() string { return h.cfg.StoreID }

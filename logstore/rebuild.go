@@ -2,6 +2,7 @@ package logstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +23,8 @@ func (h *Host) Applied(shard uint64) (replica, applied uint64, ok bool) {
 	if !running {
 		return 0, 0, false
 	}
-	nh := h.nodeHost()
+	nh, release := h.acquire()
+	defer release()
 	if v, err := nh.StaleRead(shard, appliedQuery{}); err == nil {
 		applied, _ = v.(uint64)
 	}
@@ -42,6 +44,41 @@ func (h *Host) Applied(shard uint64) (replica, applied uint64, ok bool) {
 // Raft index of the snapshot (the recovered state). The replica must run or
 // have local data here.
 func (h *Host) Rebuild(ctx context.Context, shard, replica uint64) (uint64, error) {
+	return h.rebuild(ctx, shard, replica, nil)
+}
+
+// rebuiltFile records, per shard, the seq of the last shard.recovered this
+// store carried out: written right after the import, so that a recovery is
+// carried out once (a second import would drop replicas added since).
+const rebuiltFile = "rebuilt.json"
+
+// rebuilt reads rebuiltFile (nil when there is none).
+func (h *Host) rebuilt() map[uint64]uint64 {
+	b, err := os.ReadFile(filepath.Join(h.cfg.DataDir, rebuiltFile))
+	if err != nil {
+		return nil
+	}
+	var m map[uint64]uint64
+	if json.Unmarshal(b, &m) != nil {
+		h.logger.Error().Str("file", rebuiltFile).Msg("corrupt record of carried-out recoveries; ignoring it")
+		return nil
+	}
+	return m
+}
+
+// rebuildFor carries out the recovery recorded at seq (ActRebuild).
+func (h *Host) rebuildFor(ctx context.Context, shard, replica, seq uint64) (uint64, error) {
+	return h.rebuild(ctx, shard, replica, func() error {
+		m := h.rebuilt()
+		if m == nil {
+			m = map[uint64]uint64{}
+		}
+		m[shard] = seq
+		return writeFileAtomic(filepath.Join(h.cfg.DataDir, rebuiltFile), m)
+	})
+}
+
+func (h *Host) rebuild(ctx context.Context, shard, replica uint64, afterImport func() error) (uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	nh := h.nodeHost()
@@ -82,13 +119,20 @@ func (h *Host) Rebuild(ctx context.Context, shard, replica uint64) (uint64, erro
 	for _, si := range h.shardInfoList() {
 		running = append(running, projections.ReplicaRef{Shard: si.ShardID, Replica: si.ReplicaID})
 	}
+	h.nhMu.Lock()
 	nh.Close()
 	importErr := tools.ImportSnapshot(h.nhc, src, map[uint64]string{replica: h.cfg.RaftAddr}, replica)
+	if importErr == nil && afterImport != nil {
+		importErr = afterImport()
+	}
 	reopened, err := dragonboat.NewNodeHost(h.nhc)
+	if err == nil {
+		h.nh.Store(reopened)
+	}
+	h.nhMu.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("logstore: rebuild shard %d: reopen the NodeHost: %w (import: %v)", shard, err, importErr)
 	}
-	h.nh.Store(reopened)
 	var restartErr error
 	for _, ref := range running {
 		if err := reopened.StartReplica(nil, false, newLogSM, h.raftConfig(ref.Shard, ref.Replica)); err != nil && restartErr == nil {

@@ -194,7 +194,9 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 func (h *Host) Propose(ctx context.Context, shard uint64, data []byte) (uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	res, err := h.nodeHost().SyncPropose(ctx, h.nodeHost().GetNoOPSession(shard), data)
+	nh, release := h.acquire()
+	res, err := nh.SyncPropose(ctx, nh.GetNoOPSession(shard), data)
+	release()
 	if err != nil {
 		return 0, fmt.Errorf("logstore: propose to shard %d: %w", shard, err)
 	}
@@ -211,7 +213,9 @@ func (h *Host) Read(ctx context.Context, shard uint64, query any) (any, error) {
 	wait := 20 * time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, h.attemptTimeout())
-		v, err := h.nodeHost().SyncRead(actx, shard, query)
+		nh, release := h.acquire()
+		v, err := nh.SyncRead(actx, shard, query)
+		release()
 		acancel()
 		if err == nil {
 			return v, nil

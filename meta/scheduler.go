@@ -250,8 +250,8 @@ func (l *leaderSession) logDecision(ev events.Payload) {
 // runExec sends one exec and returns its result; no reply is an unknown
 // outcome.
 func (l *leaderSession) runExec(ctx context.Context, x sched.Exec) sched.Result {
-	if x.Req.Op == client.ExecAdd {
-		if err := l.r.cfg.Failpoints.Hit(ctx, FPOperatorBeforeAdd); err != nil {
+	if fp := map[string]string{client.ExecAdd: FPOperatorBeforeAdd, client.ExecRemove: FPOperatorBeforeRemove}[x.Req.Op]; fp != "" {
+		if err := l.r.cfg.Failpoints.Hit(ctx, fp); err != nil {
 			return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
 		}
 	}

@@ -483,6 +483,12 @@ func quorumRule(sh *projections.Shard, sv shardView, change string, after []uint
 	if need := quorum(len(sh.Members)); before < need {
 		return fmt.Sprintf("no quorum: %d of %d replicas running on live stores, a change needs %d", before, len(sh.Members), need)
 	}
+	if len(sh.Members) == 1 && len(after) == 2 {
+		// A one-member shard (after an operator's recovery) grows only
+		// through two members: the one member commits the add alone, and
+		// the joining replica catches up from it.
+		return ""
+	}
 	n := 0
 	for _, r := range after {
 		if sv.running[r] {
