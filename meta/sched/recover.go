@@ -14,8 +14,8 @@ import (
 // (termlog shard recover): rebuild it as a one-member shard from its replica
 // on req.From. h is the shard's health as the leader last decided it, asked
 // what every member store said of its replica (client.ExecApplied). It
-// refuses, with the reason, when a quorum of members still runs (Raft can
-// repair the shard itself), when req.From holds no running replica of the
+// refuses, with the reason, when a quorum of members still runs or the
+// running ones follow a Raft leader (Raft can repair the shard itself), when req.From holds no running replica of the
 // shard, or when another store's replica applied more (unless req.Force:
 // its entries past req.From's would be lost). The event is shard.recovered,
 // to append with the leader's fence when req.Yes and not req.DryRun.
@@ -31,6 +31,11 @@ func PlanRecovery(v *projections.State, h *ShardHealth, req client.RecoverReques
 	}
 	if q := quorum(len(sh.Members)); h.Live >= q {
 		return plan, none, fmt.Errorf("shard %d: a quorum is still alive (%d of %d members running on live stores, a quorum is %d): Raft repairs it itself; nothing to recover", req.Shard, h.Live, len(sh.Members), q)
+	}
+	if h.Leader != 0 {
+		// Silence is not death: members that stopped reporting may still
+		// form a quorum with a leader the running ones follow.
+		return plan, none, fmt.Errorf("shard %d: its running members follow Raft leader %d: a quorum is still alive (stores silent to meta may still serve Raft); nothing to recover", req.Shard, h.Leader)
 	}
 	var replica uint64
 	for _, r := range slices.Sorted(maps.Keys(sh.Members)) {

@@ -50,6 +50,7 @@ func TestPlanRecovery(t *testing.T) {
 		want  string
 	}{
 		{"quorum alive", &sched.ShardHealth{Shard: 1, Live: 2}, req, asked, "a quorum is still alive (2 of 3 members running"},
+		{"a raft leader", &sched.ShardHealth{Shard: 1, Live: 1, Leader: 2}, req, asked, "its running members follow Raft leader 2: a quorum is still alive"},
 		{"not on the store", lost, client.RecoverRequest{Shard: 1, From: "s4", Operator: "admin"}, asked, "store s4 does not hold shard 1"},
 		{"not answering", lost, req, asked[1:], "store s1 does not hold shard 1 running (replica 1): it did not answer"},
 		{"a higher applied index", lost, client.RecoverRequest{Shard: 1, From: "s2", Operator: "admin"},
