@@ -33,22 +33,19 @@ import (
 )
 
 type upOpts struct {
-	data    string
-	port    int
-	metas   int
-	workers int
-	stores  int
-	shards  int
-	logDB   string
-	raftLog string
-	storeTO time.Duration
-	// lostQuorum: a shard short of a quorum this long is lost-quorum (0:
-	// 3 * storeTO).
-	lostQuorum time.Duration
-	lease      leaseOpts
-	timeout    time.Duration
-	interval   time.Duration
-	replicas   int // of the stream and the lease bucket
+	data     string
+	port     int
+	metas    int
+	workers  int
+	stores   int
+	shards   int
+	logDB    string
+	raftLog  string
+	storeTO  time.Duration
+	lease    leaseOpts
+	timeout  time.Duration
+	interval time.Duration
+	replicas int // of the stream and the lease bucket
 	// snapEvery is the meta leader's snapshot interval in events (0: no
 	// snapshots are read or written).
 	snapEvery int
@@ -65,6 +62,9 @@ type upOpts struct {
 	metricsAddr string
 	// restartGrace is how long a stopping store drains itself (0: it does not).
 	restartGrace time.Duration
+	// lostQuorum: a shard short of a quorum this long is lost-quorum (0:
+	// 3 * storeTO).
+	lostQuorum time.Duration
 }
 
 func newUp(g *globals) *cobra.Command {
