@@ -211,6 +211,7 @@ var decoderList = []decoderEntry{
 	{TypeOperatorFinished, decodeAs[OperatorFinished], func(s *scanner) Payload { return OperatorFinished(operator(s)) }},
 	{TypeOperatorFailed, decodeAs[OperatorFailed], func(s *scanner) Payload { return OperatorFailed(operator(s)) }},
 	{TypeShardBlocked, decodeAs[ShardBlocked], onePassShardBlocked},
+	{TypeShardRecovered, decodeAs[ShardRecovered], onePassShardRecovered},
 }
 
 var decoders = func() map[string]func([]byte) (Payload, error) {

@@ -81,6 +81,15 @@
 //	shard.blocked (ShardBlocked)
 //	    shard        the shard
 //	    reason       why the scheduler can change nothing on it ("": no longer blocked)
+//	shard.recovered (ShardRecovered)
+//	    shard        the shard an operator rebuilt after it lost quorum for good
+//	    replica      the surviving replica it was rebuilt from (its only member after)
+//	    store        the store of that replica
+//	    applied      that replica's applied index (entries after it are lost)
+//	    gone         the replicas declared gone, {replica id: store}: retired,
+//	                 never started again, like removed ones
+//	    operator     who ran termlog shard recover
+//	    reason       why (free text, absent: none)
 package events
 
 import (
@@ -109,6 +118,7 @@ const (
 	TypeOperatorFinished    = "operator.finished"
 	TypeOperatorFailed      = "operator.failed"
 	TypeShardBlocked        = "shard.blocked"
+	TypeShardRecovered      = "shard.recovered"
 )
 
 // Event is one entry of the stream: the envelope plus its typed payload.
@@ -266,6 +276,22 @@ type OperatorFinished Operator
 // OperatorFailed closes an operator with a reason.
 type OperatorFailed Operator
 
+// ShardRecovered records an operator's recovery of a shard that lost its
+// quorum for good (termlog shard recover): the shard is rebuilt as a
+// one-member shard from the surviving Replica on Store, whose applied index
+// was Applied when the plan was made; the replicas in Gone are declared
+// lost: retired, never started again (like removed ones), and whatever they
+// had committed after Applied is lost. Operator is who ran it.
+type ShardRecovered struct {
+	Shard    uint64            `json:"shard"`
+	Replica  uint64            `json:"replica"`
+	Store    string            `json:"store"`
+	Applied  uint64            `json:"applied"`
+	Gone     map[uint64]string `json:"gone"`
+	Operator string            `json:"operator"`
+	Reason   string            `json:"reason,omitempty"`
+}
+
 // ShardBlocked records why the scheduler can change nothing on a shard
 // (no quorum of running replicas, no store to add a replica on, its
 // membership unreadable), once per change of reason; "" ends it. It is
@@ -293,6 +319,7 @@ func (OperatorStarted) Type() string      { return TypeOperatorStarted }
 func (OperatorFinished) Type() string     { return TypeOperatorFinished }
 func (OperatorFailed) Type() string       { return TypeOperatorFailed }
 func (ShardBlocked) Type() string         { return TypeShardBlocked }
+func (ShardRecovered) Type() string       { return TypeShardRecovered }
 
 // Types lists every known kind, in contract order.
 func Types() []string {

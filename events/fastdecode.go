@@ -604,3 +604,27 @@ func onePassShardBlocked(s *scanner) Payload {
 	}
 	return p
 }
+
+func onePassShardRecovered(s *scanner) Payload {
+	var p ShardRecovered
+	var seen uint32
+	for more := s.open(); more; more = s.more() {
+		switch s.field(&seen, "shard", "replica", "store", "applied", "gone", "operator", "reason") {
+		case 0:
+			p.Shard = s.uint64()
+		case 1:
+			p.Replica = s.uint64()
+		case 2:
+			p.Store = s.string()
+		case 3:
+			p.Applied = s.uint64()
+		case 4:
+			p.Gone = s.replicas()
+		case 5:
+			p.Operator = s.string()
+		case 6:
+			p.Reason = s.string()
+		}
+	}
+	return p
+}

@@ -67,7 +67,9 @@ func (h *Host) Membership(ctx context.Context, shard uint64) (*Membership, error
 func (h *Host) membershipOnce(ctx context.Context, shard uint64) (*Membership, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	m, err := h.nh.SyncGetShardMembership(ctx, shard)
+	nh, release := h.acquire()
+	m, err := nh.SyncGetShardMembership(ctx, shard)
+	release()
 	if err != nil {
 		return nil, fmt.Errorf("logstore: membership of shard %d: %w", shard, err)
 	}
@@ -186,7 +188,9 @@ func (h *Host) AddReplicaOn(ctx context.Context, shard, replica uint64, addr str
 		base: base,
 		what: fmt.Sprintf("add replica %d at %s to shard %d", replica, addr, shard),
 		request: func(ctx context.Context, ccid uint64) error {
-			return h.nh.SyncRequestAddReplica(ctx, shard, replica, addr, ccid)
+			nh, release := h.acquire()
+			defer release()
+			return nh.SyncRequestAddReplica(ctx, shard, replica, addr, ccid)
 		},
 		check: func(m *Membership) (bool, string) {
 			if a, ok := m.Replicas[replica]; ok {
@@ -222,7 +226,9 @@ func (h *Host) RemoveReplicaOn(ctx context.Context, shard, replica, base uint64)
 		base: base,
 		what: fmt.Sprintf("remove replica %d from shard %d", replica, shard),
 		request: func(ctx context.Context, ccid uint64) error {
-			return h.nh.SyncRequestDeleteReplica(ctx, shard, replica, ccid)
+			nh, release := h.acquire()
+			defer release()
+			return nh.SyncRequestDeleteReplica(ctx, shard, replica, ccid)
 		},
 		check: func(m *Membership) (bool, string) {
 			return !m.IsMember(replica), ""
@@ -237,7 +243,9 @@ func (h *Host) removeReplicaWithCCID(ctx context.Context, shard, replica, ccid u
 	return h.executeOnce(ctx, shard, ccid, change{
 		what: fmt.Sprintf("remove replica %d from shard %d", replica, shard),
 		request: func(ctx context.Context, ccid uint64) error {
-			return h.nh.SyncRequestDeleteReplica(ctx, shard, replica, ccid)
+			nh, release := h.acquire()
+			defer release()
+			return nh.SyncRequestDeleteReplica(ctx, shard, replica, ccid)
 		},
 		visible: func(m *Membership) bool { return !m.IsMember(replica) },
 	})

@@ -25,7 +25,9 @@ type ShardInfo struct {
 }
 
 func (h *Host) shardInfoList() []dragonboat.ShardInfo {
-	nhi := h.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
+	nh, release := h.acquire()
+	defer release()
+	nhi := nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: true})
 	if nhi == nil { // closed
 		return nil
 	}
@@ -62,7 +64,9 @@ func (h *Host) Running(shard, replica uint64) bool {
 // Persisted returns the replicas that have a bootstrap record (and so local
 // data) on this NodeHost, running or not, ordered by shard then replica.
 func (h *Host) Persisted() []projections.ReplicaRef {
-	nhi := h.nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: false})
+	nh, release := h.acquire()
+	defer release()
+	nhi := nh.GetNodeHostInfo(dragonboat.NodeHostInfoOption{SkipLogInfo: false})
 	if nhi == nil {
 		return nil
 	}
@@ -82,6 +86,7 @@ func (h *Host) Local() Local {
 	}
 	sortRefs(l.Running)
 	l.Persisted = h.Persisted()
+	l.Rebuilt = h.rebuilt()
 	return l
 }
 

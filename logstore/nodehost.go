@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lni/dragonboat/v4"
@@ -269,9 +270,18 @@ func expertConfig(profile string) dbconfig.ExpertConfig {
 
 // Host is one store's NodeHost. Its methods are safe for concurrent use.
 type Host struct {
-	cfg    Config
-	logDB  string
-	nh     *dragonboat.NodeHost
+	cfg   Config
+	logDB string
+	nhc   dbconfig.NodeHostConfig
+	// nh is the NodeHost; Rebuild replaces it (under mu) by one reopened on
+	// the same directories. A call on the closed one meanwhile fails with
+	// dragonboat.ErrClosed.
+	nh atomic.Pointer[dragonboat.NodeHost]
+	// nhMu guards the NodeHost against Rebuild's close and swap: a call
+	// made without mu holds it for reading (dragonboat's NodeHost is not
+	// safe to use while it closes). Under mu no lock is needed: Rebuild
+	// holds mu throughout.
+	nhMu   sync.RWMutex
 	logger zerolog.Logger
 	clock  clock.Clock
 
@@ -307,10 +317,11 @@ func Open(cfg Config) (*Host, error) {
 	h := &Host{
 		cfg:    cfg,
 		logDB:  profile,
-		nh:     nh,
+		nhc:    nhc,
 		clock:  cfg.Clock,
 		logger: cfg.Logger.With().Str("store", cfg.StoreID).Str("raft_addr", cfg.RaftAddr).Logger(),
 	}
+	h.nh.Store(nh)
 	h.logger.Info().Str("logdb", profile).Str("data_dir", cfg.DataDir).Bool("tls", cfg.TLS != nil).Msg("NodeHost started")
 	return h, nil
 }
@@ -319,7 +330,16 @@ func Open(cfg Config) (*Host, error) {
 func (h *Host) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.nh.Close()
+	h.nodeHost().Close()
+}
+
+// nodeHost is the NodeHost, for callers holding mu or nhMu.
+func (h *Host) nodeHost() *dragonboat.NodeHost { return h.nh.Load() }
+
+// acquire holds the NodeHost for a call made without mu; call release after.
+func (h *Host) acquire() (*dragonboat.NodeHost, func()) {
+	h.nhMu.RLock()
+	return h.nh.Load(), h.nhMu.RUnlock
 }
 
 // StoreID is the store's id.

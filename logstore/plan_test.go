@@ -259,3 +259,33 @@ func TestActionString(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanRecoveredShard: after an operator's recovery (shard.recovered) the
+// stores of the replicas declared gone, restarted from their old data, start
+// nothing: the retired replicas' data is removed. The store recovered from
+// rebuilds the shard once, from the replica's own data.
+func TestPlanRecoveredShard(t *testing.T) {
+	v := fold(t, with(created(),
+		events.ShardObserved{Shard: 1, CCID: 3, Replicas: map[uint64]string{1: "s1", 2: "s2", 3: "s3"}, Leader: 1},
+		events.OperatorStarted{Op: "op-1-7", Shard: 1, Remove: 3},
+		events.ShardReplicaRemoving{Shard: 1, Replica: 3, Store: "s3", CCID: 3, Op: "op-1-7"},
+		events.ShardRecovered{Shard: 1, Replica: 1, Store: "s1", Applied: 7, Gone: map[uint64]string{2: "s2", 3: "s3"}, Operator: "admin"})...)
+	for _, tc := range []struct {
+		store string
+		local Local
+		want  []Action
+	}{
+		{"s2", Local{Persisted: refs(ref(1, 2))}, []Action{{Kind: ActRemoveData, Shard: 1, Replica: 2, Reason: "removed"}}},
+		{"s3", Local{Persisted: refs(ref(1, 3))}, []Action{{Kind: ActRemoveData, Shard: 1, Replica: 3, Reason: "removed"}}},
+		// The store recovered from rebuilds the shard once (it starts the
+		// replica), then restarts it as usual.
+		{"s1", Local{Persisted: refs(ref(1, 1))}, []Action{{Kind: ActRebuild, Shard: 1, Replica: 1, Seq: v.Shards[1].Recovered.Seq}}},
+		{"s1", Local{Persisted: refs(ref(1, 1)), Rebuilt: map[uint64]uint64{1: v.Shards[1].Recovered.Seq}}, []Action{{Kind: ActStart, Shard: 1, Replica: 1}}},
+		{"s1", Local{}, []Action{{Kind: ActSkip, Shard: 1, Replica: 1, Reason: "cannot rebuild: no local data of the replica recovered from"}}},
+	} {
+		got := Plan(tc.store, v, tc.local)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: plan %v, want %v", tc.store, got, tc.want)
+		}
+	}
+}

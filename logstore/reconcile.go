@@ -20,6 +20,9 @@ import (
 type Local struct {
 	Running   []projections.ReplicaRef // loaded in the NodeHost
 	Persisted []projections.ReplicaRef // with a bootstrap record (local data), running or not
+	// Rebuilt is, per shard, the seq of the last shard.recovered this
+	// store carried out (Host.Rebuild) for it.
+	Rebuilt map[uint64]uint64
 }
 
 // ActionKind is what an Action does.
@@ -38,6 +41,10 @@ const (
 	// kept (a persisted replica the view does not list as a member here,
 	// or a member that must wait).
 	ActSkip
+	// ActRebuild carries out an operator's recovery (shard.recovered at
+	// Seq) naming this store: the shard is rebuilt as a one-member shard
+	// from the replica's own data (Host.Rebuild), which starts it.
+	ActRebuild
 )
 
 func (k ActionKind) String() string {
@@ -50,6 +57,8 @@ func (k ActionKind) String() string {
 		return "remove-data"
 	case ActSkip:
 		return "skip"
+	case ActRebuild:
+		return "rebuild"
 	}
 	return fmt.Sprintf("action(%d)", int(k))
 }
@@ -67,6 +76,8 @@ type Action struct {
 	Initial map[uint64]string
 	// Reason (ActSkip, and ActStop of a non-member) says why.
 	Reason string
+	// Seq (ActRebuild) is the shard.recovered event's seq.
+	Seq uint64
 }
 
 func (a Action) String() string {
@@ -80,6 +91,9 @@ func (a Action) String() string {
 		default:
 			s += " restart"
 		}
+	}
+	if a.Kind == ActRebuild {
+		s += fmt.Sprintf(" seq=%d", a.Seq)
 	}
 	if a.Reason != "" {
 		s += " reason=" + a.Reason
@@ -193,10 +207,27 @@ func Plan(store string, view *projections.State, local Local) []Action {
 		}
 		starts = append(starts, Action{Kind: ActStart, Shard: ref.Shard, Replica: ref.Replica, Initial: addrs})
 	}
+	// An operator's recovery naming this store's member replica, not
+	// carried out here yet: the rebuild starts it (from its own data, as a
+	// one-member shard) instead of a plain start.
+	var rebuilds []Action
+	for _, id := range slices.Sorted(maps.Keys(view.Shards)) {
+		sh := view.Shards[id]
+		rc := sh.Recovered
+		if rc == nil || rc.Store != store || sh.Members[rc.Replica] != store || local.Rebuilt[id] >= rc.Seq {
+			continue
+		}
+		starts = slices.DeleteFunc(starts, func(a Action) bool { return a.Shard == id })
+		if !persisted[projections.ReplicaRef{Shard: id, Replica: rc.Replica}] {
+			skips = append(skips, Action{Kind: ActSkip, Shard: id, Replica: rc.Replica, Reason: "cannot rebuild: no local data of the replica recovered from"})
+			continue
+		}
+		rebuilds = append(rebuilds, Action{Kind: ActRebuild, Shard: id, Replica: rc.Replica, Seq: rc.Seq})
+	}
 	slices.SortStableFunc(starts, func(a, b Action) int {
 		return compareRefs(projections.ReplicaRef{Shard: a.Shard, Replica: a.Replica}, projections.ReplicaRef{Shard: b.Shard, Replica: b.Replica})
 	})
-	n := len(stops) + len(removes) + len(skips) + len(starts)
+	n := len(stops) + len(removes) + len(skips) + len(rebuilds) + len(starts)
 	if n == 0 {
 		return nil
 	}
@@ -204,6 +235,7 @@ func Plan(store string, view *projections.State, local Local) []Action {
 	out = append(out, stops...)
 	out = append(out, removes...)
 	out = append(out, skips...)
+	out = append(out, rebuilds...)
 	return append(out, starts...)
 }
 
@@ -284,6 +316,9 @@ func (h *Host) apply(ctx context.Context, a Action) error {
 		return h.removeData(ctx, a.Shard, a.Replica)
 	case ActSkip:
 		return nil
+	case ActRebuild:
+		_, err := h.rebuildFor(ctx, a.Shard, a.Replica, a.Seq)
+		return err
 	}
 	return fmt.Errorf("logstore: unknown action %v", a)
 }
@@ -513,7 +548,7 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) error {
 
 func hasStart(actions []Action) bool {
 	for _, a := range actions {
-		if a.Kind == ActStart {
+		if a.Kind == ActStart || a.Kind == ActRebuild {
 			return true
 		}
 	}

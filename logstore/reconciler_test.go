@@ -195,3 +195,35 @@ func TestReconcilerNoViewYet(t *testing.T) {
 		t.Fatal("acted without a view")
 	}
 }
+
+// TestReconcileOnceCatchesUpBeforeAStart: a view that lags the stream (its
+// prefix still lists replica 3 on s3; the stream has removed it since) must
+// not start the replica: ReconcileOnce catches up first and plans again, so
+// the data of the removed replica is removed instead.
+func TestReconcileOnceCatchesUpBeforeAStart(t *testing.T) {
+	prefix := fold(t, with(created())...)
+	full := fold(t, with(created(),
+		events.ShardReplicaRemoving{Shard: 1, Replica: 3, Store: "s3", CCID: 3},
+		events.ShardReplicaRemoved{Shard: 1, Replica: 3, Store: "s3", CCID: 6})...)
+	host := &fakeHost{local: Local{Persisted: refs(ref(1, 3))}}
+	var mu sync.Mutex
+	cur, caughtUp := prefix, 0
+	v := View{
+		Current: func() *projections.State { mu.Lock(); defer mu.Unlock(); return cur },
+		Changed: func() <-chan struct{} { return make(chan struct{}) },
+		// The stream's tail is the full state: catching up reaches it.
+		CatchUp: func(context.Context) error { mu.Lock(); defer mu.Unlock(); cur = full; caughtUp++; return nil },
+	}
+	r := NewReconciler(ReconcilerConfig{Store: "s3", Host: host, View: v, Logger: testkit.Logger(t)})
+	if err := r.ReconcileOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range host.actions() {
+		if a.Kind == ActStart {
+			t.Fatalf("started %v from a view that lags the stream (caught up %d times)", a, caughtUp)
+		}
+	}
+	if got := host.actions(); len(got) != 1 || got[0].Kind != ActRemoveData || got[0].Replica != 3 {
+		t.Fatalf("actions %v, want the removed replica's data removed", got)
+	}
+}

@@ -70,12 +70,12 @@ func (h *Host) startMember(shard, replica uint64, initialMembers map[uint64]stri
 		mode string
 	)
 	switch {
-	case h.nh.HasNodeInfo(shard, replica):
+	case h.nodeHost().HasNodeInfo(shard, replica):
 		mode = "restart"
-		err = h.nh.StartReplica(nil, false, newLogSM, cfg)
+		err = h.nodeHost().StartReplica(nil, false, newLogSM, cfg)
 	case join:
 		mode = "join"
-		err = h.nh.StartReplica(nil, true, newLogSM, cfg)
+		err = h.nodeHost().StartReplica(nil, true, newLogSM, cfg)
 	case len(initialMembers) > 0:
 		addr, ok := initialMembers[replica]
 		if !ok {
@@ -85,7 +85,7 @@ func (h *Host) startMember(shard, replica uint64, initialMembers map[uint64]stri
 			return fmt.Errorf("logstore: bootstrap shard %d replica %d: initial members place it at %s, this NodeHost is %s", shard, replica, addr, h.cfg.RaftAddr)
 		}
 		mode = "bootstrap"
-		err = h.nh.StartReplica(initialMembers, false, newLogSM, cfg)
+		err = h.nodeHost().StartReplica(initialMembers, false, newLogSM, cfg)
 	default:
 		return fmt.Errorf("%w: shard %d replica %d", ErrNotBootstrapped, shard, replica)
 	}
@@ -93,7 +93,7 @@ func (h *Host) startMember(shard, replica uint64, initialMembers map[uint64]stri
 		// dragonboat saved a bootstrap record before it found the data dir
 		// marked as deleted: drop that record again so that the replica
 		// does not reappear as persisted.
-		if rerr := h.nh.RemoveData(shard, replica); rerr != nil {
+		if rerr := h.nodeHost().RemoveData(shard, replica); rerr != nil {
 			h.logger.Warn().Err(rerr).Uint64("shard", shard).Uint64("replica", replica).Msg("dropping the bootstrap record of a removed replica failed")
 		}
 		err = fmt.Errorf("%w: shard %d replica %d: %v", ErrReplicaDataRemoved, shard, replica, err)
@@ -124,7 +124,7 @@ func (h *Host) stopMember(shard, replica uint64) error {
 }
 
 func (h *Host) stopLocked(shard, replica uint64) error {
-	err := h.nh.StopReplica(shard, replica)
+	err := h.nodeHost().StopReplica(shard, replica)
 	if errors.Is(err, dragonboat.ErrShardNotFound) {
 		return nil
 	}
@@ -151,7 +151,7 @@ func (h *Host) removeData(ctx context.Context, shard, replica uint64) error {
 	}
 	wait := 5 * time.Millisecond
 	for {
-		err := h.nh.RemoveData(shard, replica)
+		err := h.nodeHost().RemoveData(shard, replica)
 		if err == nil {
 			h.logger.Info().Uint64("shard", shard).Uint64("replica", replica).Msg("replica data removed")
 			return nil

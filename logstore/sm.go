@@ -22,6 +22,9 @@ type (
 	CountQuery struct{}
 	// GetQuery asks for the entry at a 1-based index; the answer is a []byte.
 	GetQuery struct{ Index uint64 }
+	// appliedQuery asks for the Raft index of the last entry applied since
+	// the replica started (0: none since; see Host.Applied).
+	appliedQuery struct{}
 )
 
 // ErrNoEntry is returned by a GetQuery outside the log.
@@ -34,6 +37,7 @@ type logSM struct {
 
 	mu      sync.RWMutex
 	entries [][]byte
+	applied uint64 // Raft index of the last entry Update applied
 }
 
 var _ sm.IStateMachine = (*logSM)(nil)
@@ -47,11 +51,17 @@ func (s *logSM) Update(e sm.Entry) (sm.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.entries = append(s.entries, append([]byte(nil), e.Cmd...))
+	s.applied = e.Index
 	return sm.Result{Value: uint64(len(s.entries))}, nil
 }
 
 // Lookup implements sm.IStateMachine.
 func (s *logSM) Lookup(q any) (any, error) {
+	if _, ok := q.(appliedQuery); ok {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.applied, nil
+	}
 	q, err := parseQuery(q)
 	if err != nil {
 		return nil, err
@@ -184,7 +194,9 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 func (h *Host) Propose(ctx context.Context, shard uint64, data []byte) (uint64, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	res, err := h.nh.SyncPropose(ctx, h.nh.GetNoOPSession(shard), data)
+	nh, release := h.acquire()
+	res, err := nh.SyncPropose(ctx, nh.GetNoOPSession(shard), data)
+	release()
 	if err != nil {
 		return 0, fmt.Errorf("logstore: propose to shard %d: %w", shard, err)
 	}
@@ -201,7 +213,9 @@ func (h *Host) Read(ctx context.Context, shard uint64, query any) (any, error) {
 	wait := 20 * time.Millisecond
 	for {
 		actx, acancel := context.WithTimeout(ctx, h.attemptTimeout())
-		v, err := h.nh.SyncRead(actx, shard, query)
+		nh, release := h.acquire()
+		v, err := nh.SyncRead(actx, shard, query)
+		release()
 		acancel()
 		if err == nil {
 			return v, nil

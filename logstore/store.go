@@ -257,7 +257,7 @@ func (s *Store) serveExec(ctx context.Context) {
 			return
 		case m := <-ch:
 			rep := s.exec(ctx, m.Data)
-			if req, err := client.DecodeExec(m.Data); err == nil && req.Op != client.ExecMembership {
+			if req, err := client.DecodeExec(m.Data); err == nil && req.Op != client.ExecMembership && req.Op != client.ExecApplied {
 				if c, ok := s.outcomes[rep.Outcome]; ok {
 					c.Add(1)
 				}
@@ -284,6 +284,12 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 	lg := s.logger.With().Str("op", req.Op).Uint64("shard", req.Shard).Uint64("replica", req.Replica).Logger()
 	var res Result
 	switch req.Op {
+	case client.ExecApplied:
+		r, applied, ok := s.host.Applied(req.Shard)
+		if !ok {
+			return client.ExecReply{Outcome: client.OutcomeError, Error: fmt.Sprintf("no replica of shard %d runs on %s", req.Shard, s.cfg.Host.StoreID)}
+		}
+		return client.ExecReply{Outcome: client.OutcomeApplied, Replica: r, Applied: applied}
 	case client.ExecMembership:
 		m, err := s.host.Membership(ectx, req.Shard)
 		if err != nil {

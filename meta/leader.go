@@ -464,6 +464,12 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 			return decide.BadRequest(err)
 		}
 		return l.storeDrain(ctx, req)
+	case client.RPCShardRecover:
+		req, err := client.DecodeRecover(data)
+		if err != nil {
+			return decide.BadRequest(err)
+		}
+		return l.shardRecover(ctx, req)
 	case client.RPCStoreSelfDrain:
 		req, err := client.DecodeSelfDrain(data)
 		if err != nil {

@@ -25,7 +25,10 @@ const (
 	FPBeforeTermStarted  = "before-term-started"  // projected to the tail, before term.started
 	FPBeforeRenewal      = "before-lease-renewal" // before each lease renewal
 	FPOperatorBeforeAdd  = "operator-before-add"  // add intent recorded, before the config change is sent
-	FPOperatorAfterExec  = "operator-after-exec"  // a config change's reply is in, before the scheduler sees it
+	// FPOperatorBeforeRemove: a removal's intent recorded, before the
+	// config change is sent.
+	FPOperatorBeforeRemove = "operator-before-remove"
+	FPOperatorAfterExec    = "operator-after-exec" // a config change's reply is in, before the scheduler sees it
 )
 
 // Config configures a meta replica. Zero durations take the defaults.

@@ -26,12 +26,15 @@ type SchedulerConfig struct {
 	Interval     time.Duration // planning tick, default 250ms
 	Backoff      time.Duration // wait after a failed operator before re-planning the shard, doubled per failure, default 1s
 	BackoffMax   time.Duration // cap of that wait, default 2m
+	// LostQuorumAfter is how long a shard may run fewer members than a
+	// quorum before its health says lost-quorum, default 3*StoreTimeout.
+	LostQuorumAfter time.Duration
 }
 
 // decisions is the configuration of the pure decisions.
 func (c *SchedulerConfig) decisions() sched.Config {
 	return sched.Config{Shards: c.Shards, Replicas: c.Replicas, StoreTimeout: c.StoreTimeout, StepTimeout: c.StepTimeout,
-		Backoff: c.Backoff, BackoffMax: c.BackoffMax, Retry: c.Interval}.Defaults()
+		Backoff: c.Backoff, BackoffMax: c.BackoffMax, Retry: c.Interval, LostQuorumAfter: c.LostQuorumAfter}.Defaults()
 }
 
 // defaults fills the zero fields: the loop's Interval here, the rest as
@@ -41,7 +44,7 @@ func (c *SchedulerConfig) defaults() {
 		c.Interval = 250 * time.Millisecond
 	}
 	d := c.decisions()
-	c.Replicas, c.StoreTimeout, c.StepTimeout, c.Backoff, c.BackoffMax = d.Replicas, d.StoreTimeout, d.StepTimeout, d.Backoff, d.BackoffMax
+	c.Replicas, c.StoreTimeout, c.StepTimeout, c.Backoff, c.BackoffMax, c.LostQuorumAfter = d.Replicas, d.StoreTimeout, d.StepTimeout, d.Backoff, d.BackoffMax, d.LostQuorumAfter
 }
 
 // ShardHealth is one shard's health as the leader's last decision saw it.
@@ -179,8 +182,10 @@ func (l *leaderSession) schedulePasses(ctx context.Context, wg *sync.WaitGroup, 
 		}
 		mem = out.Memory
 		l.sched.mu.Lock()
+		prev := l.sched.health
 		l.sched.health = out.Health
 		l.sched.mu.Unlock()
+		l.logLostQuorum(prev, out.Health)
 		for _, ev := range out.Events {
 			l.logDecision(ev)
 		}
@@ -200,6 +205,25 @@ func (l *leaderSession) schedulePasses(ctx context.Context, wg *sync.WaitGroup, 
 		}
 	}
 	return mem
+}
+
+// logLostQuorum logs a shard that lost quorum once, when it does (and again
+// for each new leader), with the runbook's command, and its end.
+func (l *leaderSession) logLostQuorum(prev, cur sched.Health) {
+	was := map[uint64]bool{}
+	for _, h := range prev.Shards {
+		was[h.Shard] = h.LostQuorum
+	}
+	for _, h := range cur.Shards {
+		switch {
+		case h.LostQuorum && !was[h.Shard]:
+			l.logger.Error().Uint64("shard", h.Shard).Int("running", h.Live).Int("members", len(h.Members)).Strs("gone", h.Gone).
+				Time("since", h.QuorumShortSince).Str("runbook", h.Runbook).
+				Msg("shard lost quorum: Raft can neither commit nor read; only an operator's recovery rebuilds it")
+		case !h.LostQuorum && was[h.Shard]:
+			l.logger.Info().Uint64("shard", h.Shard).Int("running", h.Live).Msg("shard has a quorum again")
+		}
+	}
 }
 
 func (l *leaderSession) logDecision(ev events.Payload) {
@@ -226,8 +250,8 @@ func (l *leaderSession) logDecision(ev events.Payload) {
 // runExec sends one exec and returns its result; no reply is an unknown
 // outcome.
 func (l *leaderSession) runExec(ctx context.Context, x sched.Exec) sched.Result {
-	if x.Req.Op == client.ExecAdd {
-		if err := l.r.cfg.Failpoints.Hit(ctx, FPOperatorBeforeAdd); err != nil {
+	if fp := map[string]string{client.ExecAdd: FPOperatorBeforeAdd, client.ExecRemove: FPOperatorBeforeRemove}[x.Req.Op]; fp != "" {
+		if err := l.r.cfg.Failpoints.Hit(ctx, fp); err != nil {
 			return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
 		}
 	}

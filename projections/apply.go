@@ -235,6 +235,8 @@ func (s *State) apply(ev events.Event) Result {
 		return s.operatorEnded(ev, events.Operator(d), OperatorFailed)
 	case events.ShardBlocked:
 		return s.shardBlocked(d)
+	case events.ShardRecovered:
+		return s.shardRecovered(ev, d)
 	}
 	return invalid("unknown payload %T", ev.Data)
 }
@@ -581,6 +583,11 @@ func (s *State) shardObserved(d events.ShardObserved) Result {
 	if r, bad := s.checkReplicaSet(d.Replicas); bad {
 		return r
 	}
+	for _, r := range sortedKeys(d.Replicas) {
+		if _, retired := sh.Retired[r]; retired {
+			return noop("shard %d observed ccid %d names replica %d, retired by the recovery at seq %d: Raft's membership from before it", d.Shard, d.CCID, r, recoverySeq(sh))
+		}
+	}
 	for r, st := range sh.Members {
 		if _, still := d.Replicas[r]; !still {
 			if sh.Removed == nil {
@@ -662,6 +669,84 @@ func (s *State) operatorEnded(ev events.Event, d events.Operator, state string) 
 	}
 	s.History = append(s.History, ended)
 	return applied("operator %s %s", d.Op, state)
+}
+
+func recoverySeq(sh *Shard) uint64 {
+	if sh.Recovered == nil {
+		return 0
+	}
+	return sh.Recovered.Seq
+}
+
+// shardRecovered applies an operator's recovery: the shard becomes the
+// one-member shard {Replica: Store}; every other member (and replica with a
+// pending change) must be declared gone, and each gone replica is retired:
+// removed, never started again, never a member again. The running operator
+// ends (failed), pending intents and the block with it; the projected config
+// change id becomes the recovered replica's applied index, so that only
+// Raft's membership after the rebuild is observed.
+func (s *State) shardRecovered(ev events.Event, d events.ShardRecovered) Result {
+	sh, ok := s.Shards[d.Shard]
+	if !ok {
+		return invalid("unknown shard %d", d.Shard)
+	}
+	if d.Operator == "" {
+		return invalid("shard %d recovered by nobody: the operator who ran it is required", d.Shard)
+	}
+	if st, ok := sh.Members[d.Replica]; !ok || st != d.Store {
+		return invalid("shard %d recovered from replica %d on %q, not a member there (members %s)", d.Shard, d.Replica, d.Store, renderReplicas(sh.Members))
+	}
+	if _, ok := d.Gone[d.Replica]; ok {
+		return invalid("shard %d: the replica recovered from, %d, is declared gone", d.Shard, d.Replica)
+	}
+	for _, r := range sortedKeys(sh.Members) {
+		if _, gone := d.Gone[r]; r != d.Replica && !gone {
+			return invalid("shard %d: member %d@%s is neither the replica recovered from nor declared gone", d.Shard, r, sh.Members[r])
+		}
+	}
+	for _, r := range sortedKeys(d.Gone) {
+		st := d.Gone[r]
+		if m, ok := sh.Members[r]; ok && m == st {
+			continue
+		}
+		if p, ok := sh.Pending[r]; ok && p.Store == st {
+			continue
+		}
+		return invalid("shard %d: gone replica %d@%s is not a member or a pending change there", d.Shard, r, st)
+	}
+	if sh.Operator != "" {
+		if op, ok := s.Operators[sh.Operator]; ok {
+			ended := *op
+			ended.State = OperatorFailed
+			ended.Reason = fmt.Sprintf("shard recovered by %s at seq %d", d.Operator, ev.Seq)
+			ended.Finished = ev.Seq
+			delete(s.Operators, sh.Operator)
+			if len(s.History) >= MaxHistory {
+				n := copy(s.History, s.History[len(s.History)-MaxHistory+1:])
+				s.History = s.History[:n]
+			}
+			s.History = append(s.History, ended)
+		}
+		sh.Operator = ""
+	}
+	if sh.Removed == nil {
+		sh.Removed = map[uint64]string{}
+	}
+	if sh.Retired == nil {
+		sh.Retired = map[uint64]string{}
+	}
+	for r, st := range d.Gone {
+		sh.Removed[r] = st
+		sh.Retired[r] = st
+		sh.MaxReplica = max(sh.MaxReplica, r)
+	}
+	sh.Members = map[uint64]string{d.Replica: d.Store}
+	sh.Pending = map[uint64]Pending{}
+	sh.Blocked = ""
+	sh.Leader = 0
+	sh.CCID = d.Applied
+	sh.Recovered = &Recovery{Seq: ev.Seq, Replica: d.Replica, Store: d.Store, Applied: d.Applied, Operator: d.Operator}
+	return applied("shard %d recovered from replica %d@%s at index %d by %s; retired %s", d.Shard, d.Replica, d.Store, d.Applied, d.Operator, renderReplicas(d.Gone))
 }
 
 func (s *State) shardBlocked(d events.ShardBlocked) Result {

@@ -42,6 +42,12 @@ func (s *State) Render() string {
 		if len(sh.Removed) > 0 {
 			fmt.Fprintf(&b, " removed=%s", renderReplicas(sh.Removed))
 		}
+		if len(sh.Retired) > 0 {
+			fmt.Fprintf(&b, " retired=%s", renderReplicas(sh.Retired))
+		}
+		if r := sh.Recovered; r != nil {
+			fmt.Fprintf(&b, " recovered=%d@%s(seq=%d,applied=%d)", r.Replica, r.Store, r.Seq, r.Applied)
+		}
 		if len(sh.Pending) > 0 {
 			parts := []string{}
 			for _, r := range sortedKeys(sh.Pending) {

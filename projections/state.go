@@ -88,6 +88,24 @@ type Shard struct {
 	// is never used twice, not even one whose add was abandoned and may
 	// still apply in Raft.
 	MaxReplica uint64 `json:"max_replica"`
+	// Retired are the replicas an operator's recovery declared gone
+	// (shard.recovered): like removed ones they never start again, and
+	// no later shard.observed makes them members again (a report naming
+	// one is Raft's membership from before the recovery).
+	Retired map[uint64]string `json:"retired,omitempty"`
+	// Recovered is the shard's last recovery, if any.
+	Recovered *Recovery `json:"recovered,omitempty"`
+}
+
+// Recovery is an operator's recovery of a shard (shard.recovered): it was
+// rebuilt as a one-member shard from Replica on Store at Raft index
+// Applied, by the event at Seq.
+type Recovery struct {
+	Seq      uint64 `json:"seq"`
+	Replica  uint64 `json:"replica"`
+	Store    string `json:"store"`
+	Applied  uint64 `json:"applied"`
+	Operator string `json:"operator,omitempty"`
 }
 
 // IsMember reports whether replica is a member of the shard.
@@ -247,6 +265,11 @@ func (sh *Shard) clone() *Shard {
 	c.Initial = cloneMap(sh.Initial)
 	c.Removed = cloneMap(sh.Removed)
 	c.Pending = cloneMap(sh.Pending)
+	c.Retired = cloneMap(sh.Retired)
+	if sh.Recovered != nil {
+		r := *sh.Recovered
+		c.Recovered = &r
+	}
 	return &c
 }
 

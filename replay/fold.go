@@ -192,6 +192,12 @@ func (f *Folder) touches(ev events.Event) Touch {
 		shard(d.Shard)
 	case events.OperatorFailed:
 		shard(d.Shard)
+	case events.ShardRecovered:
+		replicas(shard(d.Shard))
+		store(d.Store)
+		for _, st := range d.Gone {
+			store(st)
+		}
 	}
 	return t
 }

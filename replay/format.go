@@ -106,6 +106,12 @@ func summary(it Item) string {
 		return operator(events.Operator(d))
 	case events.OperatorFailed:
 		return operator(events.Operator(d))
+	case events.ShardRecovered:
+		s := fmt.Sprintf("shard=%d from=%d@%s applied=%d gone=%s by=%s", d.Shard, d.Replica, orDash(d.Store), d.Applied, replicaSet(d.Gone), orDash(d.Operator))
+		if d.Reason != "" {
+			s += " reason=" + quoteTrunc([]byte(d.Reason), 80)
+		}
+		return s
 	case nil:
 		return "-"
 	}

@@ -99,3 +99,9 @@ func applyEnv(f *pflag.FlagSet) error {
 	})
 	return errors.Join(errs...)
 }
+
+// lostQuorumFlag is --lost-quorum-after: how long a shard may run fewer
+// members than a quorum before status says lost-quorum.
+func lostQuorumFlag(f *pflag.FlagSet, p *time.Duration) {
+	f.DurationVar(p, "lost-quorum-after", 0, "a shard with fewer members running than a quorum this long is lost-quorum: status exits 1 naming `termlog shard recover` (0: 3 * --store-timeout)")
+}

@@ -87,6 +87,9 @@ func printHealth(w io.Writer, h Health) {
 			if len(sh.Zombies) > 0 {
 				line += "  zombies refused " + strings.Join(sh.Zombies, " ")
 			}
+			if sh.LostQuorum {
+				line += fmt.Sprintf("  LOST-QUORUM since %s, gone %s: run %s", sh.QuorumShortSince.UTC().Format(time.RFC3339), strings.Join(sh.Gone, " "), sh.Runbook)
+			}
 			fmt.Fprintln(w, line)
 		}
 		for _, st := range rec.Stores {

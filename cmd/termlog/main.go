@@ -148,7 +148,7 @@ func newRoot() *cobra.Command {
 	pf.Var(&g.replicas, "replicas", "replicas of the event stream and the lease bucket when they are created: 1, or 3 on a 3-node NATS cluster")
 	pf.Var(positiveDuration(&g.timeout, 5*time.Second), "timeout", "interactive commands (status, replay, worker list, stepdown, store drain, import): give up on NATS, a JetStream request or the leader after this long, naming the cause")
 	g.auth.register(root)
-	root.AddCommand(newAuthCmd(g), newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g), newWeb(g), newBench(g), newVersion())
+	root.AddCommand(newAuthCmd(g), newUp(g), newStatus(g), newWorkerCmd(g), newReplay(g), newNATSCmd(g), newMetaCmd(g), newLogstoreCmd(g), newStoreCmd(g), newShardCmd(g), newWeb(g), newBench(g), newVersion())
 	usageErrors(root)
 	g.envErr = applyEnv(pf)
 	return root

@@ -47,6 +47,7 @@ var (
 	dShardOperator  = desc("shard_operator_running", "1 while an operator runs on the shard (leader only).", "shard")
 	dShardBlocked   = desc("shard_blocked", "1 while the scheduler records the shard as blocked (leader only).", "shard")
 	dShardHealthy   = desc("shard_healthy", "1 when the shard is healthy (leader only).", "shard")
+	dShardNoQuorum  = desc("shard_lost_quorum", "1 when fewer of the shard's members than a quorum have run for longer than the threshold: recover it with `termlog shard recover` (leader only).", "shard")
 	dStoreChanges   = desc("store_config_changes_total", "Config changes this store executed, by outcome.", "store", "outcome")
 	dStoreRunning   = desc("store_replicas_running", "Replicas running in this store's NodeHost.", "store")
 	dStoreRefused   = desc("store_replicas_refused", "Persisted replicas the reconciler refused to start (zombies).", "store")
@@ -127,6 +128,7 @@ func (c metaCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dShardOperator, b2f(h.Operator != ""), s)
 		gauge(dShardBlocked, b2f(h.Blocked != ""), s)
 		gauge(dShardHealthy, b2f(h.Healthy), s)
+		gauge(dShardNoQuorum, b2f(h.LostQuorum), s)
 	}
 }
 

@@ -139,6 +139,8 @@ func TestCLIFlagsCheckedBeforeStart(t *testing.T) {
 		{args: []string{"logstore", "--logdb", "foo", "--nats", nowhere}, want: []string{`--logdb "foo"`}},
 		{args: []string{"meta", "set-lease", "0"}, want: []string{"must be > 0"}},
 		{args: []string{"status", "--timeout", "0"}, want: []string{`"--timeout"`, "must be > 0"}},
+		{args: []string{"shard", "recover", "--shard", "1", "--from", "store-1", "--nats", nowhere}, want: []string{"--dry-run", "--yes"}},
+		{args: []string{"shard", "recover", "--from", "store-1", "--dry-run", "--nats", nowhere}, want: []string{"--shard and --from are required"}},
 		{args: []string{"status", "-o", "yaml"}, want: []string{`"yaml"`, "table or json"}},
 		{args: []string{"status"}, env: []string{"TERMLOG_TIMEOUT=soon"}, want: []string{`TERMLOG_TIMEOUT="soon"`, "--timeout"}},
 		{args: []string{"status"}, env: []string{"TERMLOG_REPLICAS=2"}, want: []string{`TERMLOG_REPLICAS="2"`}},

@@ -260,6 +260,7 @@ func newMetaRunCmd(g *globals) *cobra.Command {
 	durationFlag(f, &o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
 	f.IntVar(&o.shards, "shards", 0, "Raft shards the scheduler keeps (3 replicas each) once 3 stores are up")
 	durationFlag(f, &o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
+	lostQuorumFlag(f, &o.lostQuorum)
 	snapshotFlag(f, &o.snapEvery)
 	metricsFlag(f, &o.metricsAddr)
 	f.StringVar(&web.addr, "web-addr", "", "also serve the read-only web console at this address, e.g. 127.0.0.1:8080 (default off)")

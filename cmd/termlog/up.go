@@ -66,6 +66,9 @@ type upOpts struct {
 	// webTLS its certificate.
 	web    string
 	webTLS webOpts
+	// lostQuorum: a shard short of a quorum this long is lost-quorum (0:
+	// 3 * storeTO).
+	lostQuorum time.Duration
 }
 
 func newUp(g *globals) *cobra.Command {
@@ -103,6 +106,7 @@ last two mutual TLS with that CA).`,
 	f.StringVar(&o.logDB, "logdb", "tiny", "LogDB profile of the stores: tiny (about 0.3 MiB, ~22 goroutines) or default (up to 8 GiB of write buffers)")
 	f.StringVar(&o.raftLog, "raft-log-level", "error", "dragonboat log level: debug, info, warning, error, critical")
 	durationFlag(f, &o.storeTO, "store-timeout", 10*time.Second, "a store silent this long is down and its replicas are replaced")
+	lostQuorumFlag(f, &o.lostQuorum)
 	leaseFlag(f, &o.lease.ttl)
 	f.BoolVar(&o.lease.update, "update-lease", false, "when the cluster's lease bucket has another TTL than --lease, change it to --lease (with the admin key); meta replicas running elsewhere must restart with it")
 	durationFlag(f, &o.timeout, "worker-timeout", 10*time.Second, "worker heartbeat timeout")
@@ -601,7 +605,7 @@ func startMeta(ctx context.Context, nc *nats.Conn, cluster, id string, o upOpts,
 	return meta.Open(ctx, nc, meta.Config{
 		ID: id, Cluster: cluster, Log: log, Lease: lease, LeaseTTL: ttl, Replicas: o.replicas,
 		WorkerTimeout: o.timeout, Logger: lg, Failpoints: fps, ControlTLS: controlTLS,
-		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO},
+		Scheduler:     meta.SchedulerConfig{Shards: o.shards, StoreTimeout: o.storeTO, LostQuorumAfter: o.lostQuorum},
 		SnapshotEvery: o.snapEvery,
 		Wait: func(ctx context.Context, what string, open func(context.Context) error) error {
 			return waitJetStream(ctx, lg, what, open)

@@ -46,6 +46,7 @@ const (
 	RPCStoreHeartbeat = "store.heartbeat"
 	RPCStoreDrain     = "store.drain"
 	RPCStoreSelfDrain = "store.selfdrain"
+	RPCShardRecover   = "shard.recover"
 )
 
 // WorkerRPCs are the RPCs a worker sends (the worker role's grants).
@@ -55,7 +56,7 @@ var WorkerRPCs = []string{RPCRegister, RPCActivate, RPCHeartbeat, RPCDeregister}
 var StoreRPCs = []string{RPCStoreRegister, RPCStoreHeartbeat, RPCStoreSelfDrain}
 
 // AdminRPCs are the RPCs only an admin sends.
-var AdminRPCs = []string{RPCStepDown, RPCStoreDrain}
+var AdminRPCs = []string{RPCStepDown, RPCStoreDrain, RPCShardRecover}
 
 // RPC is the subject of RPC name in cluster.
 func RPC(cluster, name string) string { return cluster + ".rpc." + name }

@@ -46,7 +46,7 @@ func (v ExecVerdict) String() string {
 // the current one. The reason says why for every verdict but ExecRun.
 // Membership reads are not fenced; CheckExec runs them.
 func CheckExec(v *projections.State, req ExecRequest) (ExecVerdict, string) {
-	if req.Op == ExecMembership {
+	if req.Op == ExecMembership || req.Op == ExecApplied {
 		return ExecRun, ""
 	}
 	if v == nil {

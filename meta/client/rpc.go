@@ -84,6 +84,8 @@ type Reply struct {
 	Term   uint64    `json:"term"`
 	Leader string    `json:"leader,omitempty"`
 	Error  *RPCError `json:"error,omitempty"`
+	// Recovery is shard.recover's plan (and, once done, its seq).
+	Recovery *RecoveryPlan `json:"recovery,omitempty"`
 }
 
 func decodeStrict(b []byte, v any) error { return decodeStrictN(b, v, MaxRequestBytes) }

@@ -74,6 +74,10 @@ const (
 	ExecAdd        = "add"
 	ExecRemove     = "remove"
 	ExecMembership = "membership"
+	// ExecApplied asks a store for its replica of the shard and that
+	// replica's applied index, read locally (no quorum needed): the input
+	// of an operator's recovery.
+	ExecApplied = "applied"
 )
 
 // Exec outcomes, as classified by the executing store.
@@ -119,6 +123,9 @@ type ExecReply struct {
 	Replicas map[uint64]string `json:"replicas,omitempty"` // replica id -> raft address
 	Removed  []uint64          `json:"removed,omitempty"`
 	Error    string            `json:"error,omitempty"`
+	// ExecApplied: the store's replica of the shard and its applied index.
+	Replica uint64 `json:"replica,omitempty"`
+	Applied uint64 `json:"applied,omitempty"`
 }
 
 // validStore checks a store id and the incarnation it claims.
@@ -183,7 +190,7 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 		return r, errors.New("shard is required")
 	}
 	switch r.Op {
-	case ExecMembership:
+	case ExecMembership, ExecApplied:
 	case ExecRemove:
 		if r.Replica == 0 {
 			return r, errors.New("replica is required")
@@ -268,4 +275,65 @@ func DecodeDrain(b []byte) (DrainRequest, error) {
 		return r, errors.New("for_ms must be 0..7 days")
 	}
 	return r, nil
+}
+
+// RPCShardRecover is an operator's recovery of a shard that lost its quorum
+// for good (termlog shard recover, admin only): the leader plans it (the
+// surviving replica with the highest applied index, asked of every
+// surviving store) and, with Yes and not DryRun, records shard.recovered;
+// the store recovered from then rebuilds the shard as a one-member shard.
+const RPCShardRecover = wire.RPCShardRecover
+
+// RecoverRequest asks for a recovery of Shard from its replica on From.
+type RecoverRequest struct {
+	Shard    uint64 `json:"shard"`
+	From     string `json:"from"`
+	DryRun   bool   `json:"dry_run,omitempty"`
+	Yes      bool   `json:"yes,omitempty"`
+	Force    bool   `json:"force,omitempty"`
+	Operator string `json:"operator"` // who runs it (recorded)
+}
+
+// DecodeRecover decodes and validates a recovery request.
+func DecodeRecover(b []byte) (RecoverRequest, error) {
+	var r RecoverRequest
+	if err := decodeStrict(b, &r); err != nil {
+		return r, err
+	}
+	if r.Shard == 0 {
+		return r, errors.New("shard is required")
+	}
+	if err := ValidateStoreID(r.From); err != nil {
+		return r, fmt.Errorf("from: %w", err)
+	}
+	if r.Operator == "" || len(r.Operator) > MaxFieldBytes {
+		return r, errors.New("operator must be 1..256 bytes")
+	}
+	return r, nil
+}
+
+// ReplicaApplied is what one store said of its replica of a shard.
+type ReplicaApplied struct {
+	Store   string `json:"store"`
+	Replica uint64 `json:"replica,omitempty"`
+	Applied uint64 `json:"applied,omitempty"`
+	Error   string `json:"error,omitempty"` // it did not answer, or holds no replica
+}
+
+// RecoveryPlan is a recovery as planned (and done, when Seq is set).
+type RecoveryPlan struct {
+	Shard   uint64            `json:"shard"`
+	Replica uint64            `json:"replica"` // the replica recovered from
+	Store   string            `json:"store"`
+	Applied uint64            `json:"applied"`
+	Members map[uint64]string `json:"members"` // before
+	Gone    map[uint64]string `json:"gone"`    // declared gone: retired
+	// Asked is every member store's answer; Lost counts the entries another
+	// replica applied beyond Applied (lost by the recovery; 0 when none).
+	Asked []ReplicaApplied `json:"asked"`
+	Lost  uint64           `json:"lost"`
+	// After is the membership right after the recovery: one member; the
+	// scheduler then adds replicas up to the replication factor.
+	After map[uint64]string `json:"after"`
+	Seq   uint64            `json:"seq,omitempty"` // shard.recovered's seq, once recorded
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/projections"
 )
 
 // Health is the cluster's shard and store health as one decision saw it,
@@ -46,8 +47,18 @@ type ShardHealth struct {
 	Blocked     string            `json:"blocked,omitempty"`
 	Zombies     []string          `json:"zombies,omitempty"` // replica@store refused to start
 	LastError   string            `json:"last_error,omitempty"`
-	Healthy     bool              `json:"healthy"`
-	Why         string            `json:"why,omitempty"` // why not healthy
+	// LostQuorum: fewer members run on live stores than a quorum, and
+	// have since QuorumShortSince for longer than the threshold
+	// (Config.LostQuorumAfter). Raft cannot commit or read; only an
+	// operator's recovery (Runbook) rebuilds the shard.
+	LostQuorum       bool      `json:"lost_quorum,omitempty"`
+	QuorumShortSince time.Time `json:"quorum_short_since,omitzero"`
+	// Gone are the members not running on a live store, "replica@store
+	// (state)", while the quorum is short.
+	Gone    []string `json:"gone,omitempty"`
+	Runbook string   `json:"runbook,omitempty"` // the command to run, when LostQuorum
+	Healthy bool     `json:"healthy"`
+	Why     string   `json:"why,omitempty"` // why not healthy
 }
 
 // StoreHealth is one store's health.
@@ -126,7 +137,10 @@ func (d *decider) health() Health {
 				collecting = append(collecting, store)
 			}
 		}
+		d.quorumClock(sh, sv, &x)
 		switch {
+		case x.LostQuorum:
+			x.Why = lostQuorumWhy(x, d.in.Now)
 		case x.Live < x.Expected && len(collecting) > 0:
 			// A new leader has not heard from these stores yet: it does
 			// not know, rather than 0/3.
@@ -148,4 +162,82 @@ func (d *decider) health() Health {
 		h.Shards = append(h.Shards, x)
 	}
 	return h
+}
+
+// RecoverCommand is the runbook's command for a shard that lost quorum:
+// its dry run, from the store of a running member (from "" names none).
+func RecoverCommand(shard uint64, from string) string {
+	if from == "" {
+		from = "<store holding the shard>"
+	}
+	return fmt.Sprintf("termlog shard recover --shard %d --from %s --dry-run", shard, from)
+}
+
+// quorumClock keeps the shard's quorum clock in the memory and sets
+// LostQuorum, QuorumShortSince, Gone and Runbook on x: the shard lost
+// quorum once fewer of its members than a quorum have been running on
+// live stores for Config.LostQuorumAfter.
+func (d *decider) quorumClock(sh *projections.Shard, sv shardView, x *ShardHealth) {
+	m := d.mem.shard(sh.ID)
+	short := len(sh.Members) > 0 && x.Live < quorum(len(sh.Members))
+	if sv.raft != nil && sv.raft.CCID > sh.CCID {
+		// Raft moved past the log (an outcome not recorded yet): its own
+		// membership is what needs the quorum.
+		n := 0
+		for _, r := range x.Running {
+			if _, ok := sv.raft.Replicas[r]; ok {
+				n++
+			}
+		}
+		if n < quorum(len(sv.raft.Replicas)) {
+			short = true
+		}
+	}
+	if !short {
+		if !m.shortSince.IsZero() {
+			m.shortSince = time.Time{}
+			d.mem.set(sh.ID, m)
+		}
+		return
+	}
+	if m.shortSince.IsZero() {
+		m.shortSince = d.in.Now
+		d.mem.set(sh.ID, m)
+	}
+	x.QuorumShortSince = m.shortSince
+	running := map[uint64]bool{}
+	for _, r := range x.Running {
+		running[r] = true
+	}
+	for _, r := range sortedIDs(sh.Members) {
+		if running[r] {
+			continue
+		}
+		st := sh.Members[r]
+		state := "not running"
+		if s := d.v.Stores[st]; s == nil {
+			state = "unknown store"
+		} else if !d.live[st] {
+			state = s.State + ", silent"
+			if s.State == events.StoreDown {
+				state = fmt.Sprintf("down since seq %d", s.Since)
+			}
+		}
+		x.Gone = append(x.Gone, fmt.Sprintf("%d@%s (%s)", r, st, state))
+	}
+	if d.in.Now.Sub(m.shortSince) < d.in.Config.LostQuorumAfter {
+		return
+	}
+	x.LostQuorum = true
+	from := ""
+	if len(x.Running) > 0 {
+		from = sh.Members[x.Running[0]]
+	}
+	x.Runbook = RecoverCommand(sh.ID, from)
+}
+
+func lostQuorumWhy(x ShardHealth, now time.Time) string {
+	return fmt.Sprintf("lost-quorum: %d of %d members running on live stores (a quorum is %d) since %s (%s); gone: %s; Raft can neither commit nor read: recover with %s",
+		x.Live, len(x.Members), quorum(len(x.Members)), x.QuorumShortSince.UTC().Format(time.RFC3339), now.Sub(x.QuorumShortSince).Round(time.Second),
+		strings.Join(x.Gone, ", "), x.Runbook)
 }

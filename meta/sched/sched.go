@@ -57,6 +57,11 @@ type Config struct {
 	// that died a moment before another was marked down would still count
 	// for the membership after removing the other one.
 	Fresh time.Duration
+	// LostQuorumAfter is how long a shard may have fewer members running
+	// on live stores than a quorum before its health says lost-quorum
+	// (and names the runbook's recovery), default 3*StoreTimeout. A new
+	// leader counts from its first decision.
+	LostQuorumAfter time.Duration
 }
 
 // Defaults returns c with every zero field set to its default.
@@ -87,6 +92,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.Fresh <= 0 || c.Fresh > c.StoreTimeout {
 		c.Fresh = c.StoreTimeout / 2
+	}
+	if c.LostQuorumAfter <= 0 {
+		c.LostQuorumAfter = 3 * c.StoreTimeout
 	}
 	return c
 }
@@ -143,6 +151,9 @@ type shardMem struct {
 	sent      bool      // the current step's change was sent since the last read
 	waitUntil time.Time // the current step sends nothing before (paces retries)
 	lastErr   string
+	// shortSince is when the health first saw fewer members running on
+	// live stores than a quorum, without a break since (zero: not short).
+	shortSince time.Time
 }
 
 // Memory is the scheduler's memory within one term: what is in flight, the
@@ -276,7 +287,8 @@ func (d *decider) output(evs []events.Payload, execs []Exec) Output {
 		}
 		d.mem.set(x.Req.Shard, s)
 	}
-	return Output{Events: evs, Execs: execs, Memory: d.mem, Health: d.health()}
+	h := d.health() // it keeps the shards' quorum clocks in d.mem
+	return Output{Events: evs, Execs: execs, Memory: d.mem, Health: h}
 }
 
 // isLive: the store heartbeats (this incarnation, within the store
@@ -475,6 +487,12 @@ func quorumRule(sh *projections.Shard, sv shardView, change string, after []uint
 	}
 	if need := quorum(len(sh.Members)); before < need {
 		return fmt.Sprintf("no quorum: %d of %d replicas running on live stores, a change needs %d", before, len(sh.Members), need)
+	}
+	if len(sh.Members) == 1 && len(after) == 2 {
+		// A one-member shard (after an operator's recovery) grows only
+		// through two members: the one member commits the add alone, and
+		// the joining replica catches up from it.
+		return ""
 	}
 	n := 0
 	for _, r := range after {

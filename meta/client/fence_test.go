@@ -1,0 +1,53 @@
+package client
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/projections"
+)
+
+// deposedStep folds the stream a deposed leader leaves behind: term 1's
+// operator op-1-6 records "remove 3" (the intent at seq 7), then meta-2
+// starts term 2 (seq 8) without failing the inherited operator yet. It
+// returns the state before and after term 2 and the request term 1's leader
+// sends for its step.
+func deposedStep(t *testing.T) (before, after *projections.State, req ExecRequest) {
+	t.Helper()
+	st := projections.New()
+	at := time.Unix(0, 0)
+	fold := func(term uint64, writer string, p events.Payload) {
+		t.Helper()
+		if r := st.Apply(events.Event{Seq: st.Seq + 1, Term: term, Writer: writer, At: at, Data: p}); r.Outcome != projections.Applied {
+			t.Fatalf("%T %+v: %v", p, p, r)
+		}
+	}
+	fold(1, "meta-1", events.TermStarted{Term: 1, Leader: "meta-1"})
+	for i, s := range []string{"s1", "s2", "s3"} {
+		fold(1, "meta-1", events.StoreRegistered{Store: s, Incarnation: "i", RaftAddr: "127.0.0.1:100" + string(rune('1'+i))})
+	}
+	fold(1, "meta-1", events.ShardCreated{Shard: 1, Replicas: map[uint64]string{1: "s1", 2: "s2", 3: "s3"}})
+	fold(1, "meta-1", events.OperatorStarted{Op: "op-1-6", Shard: 1, Remove: 3})
+	fold(1, "meta-1", events.ShardReplicaRemoving{Shard: 1, Replica: 3, Store: "s3", CCID: 3, Op: "op-1-6"})
+	req = ExecRequest{Op: ExecRemove, Shard: 1, Replica: 3, CCID: 3, Term: 1, Operator: "op-1-6", Intent: st.Seq}
+	before = st.Clone()
+	fold(2, "meta-2", events.TermStarted{Term: 2, Leader: "meta-2"})
+	return before, st, req
+}
+
+// TestCheckExecRefusesAnEndedTerm: a step of term 1 is refused once the
+// projection has folded term 2, although its operator still runs in the
+// projection (inherited, not yet failed by the new leader) and its intent is
+// the shard's pending change: only the term check tells them apart.
+func TestCheckExecRefusesAnEndedTerm(t *testing.T) {
+	before, after, req := deposedStep(t)
+	if v, why := CheckExec(before, req); v != ExecRun {
+		t.Fatalf("in term 1 the step is the pending change of a running operator: %v (%s), want run", v, why)
+	}
+	v, why := CheckExec(after, req)
+	if v != ExecRefuse || !strings.Contains(why, "term 1 is over") {
+		t.Fatalf("term 1's step after term 2 started: %v (%s), want refused: term 1 is over", v, why)
+	}
+}
