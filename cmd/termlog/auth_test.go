@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/termlog/termlog/natsserver"
 )
 
@@ -72,5 +74,25 @@ func TestServerSecurity(t *testing.T) {
 	}
 	if _, err := (&serverSecurity{tlsCert: "x.pem"}).setup("termlog", dir, "", io.Discard); err == nil {
 		t.Fatal("--tls-cert without --tls-key accepted")
+	}
+}
+
+// A refused reply (a response permission spent or expired) is not the
+// wrong key: the role goes on; a refused publish to the role's own
+// subjects is permanent.
+func TestRefusedReplyIsNotPermanent(t *testing.T) {
+	mk := func(subject string) error {
+		return fmt.Errorf("%w: Permissions Violation for Publish to %q", nats.ErrPermissionViolation, subject)
+	}
+	if !refusedReply(mk("_INBOX.UAS46F7GFM75UUY7AQ.fhn5mmuc5g790TtvAT9DXW.8d7J21F1")) {
+		t.Error("a refused reply to an inbox: want transient")
+	}
+	for _, subj := range []string{"termlog.rpc.register", "$JS.API.STREAM.INFO.TERMLOG_TERMLOG", "other._INBOX.x"} {
+		if refusedReply(mk(subj)) {
+			t.Errorf("publish to %s refused: want permanent", subj)
+		}
+	}
+	if refusedReply(fmt.Errorf("%w: Permissions Violation for Subscription to \"_INBOX.x\"", nats.ErrPermissionViolation)) {
+		t.Error("a refused subscription to an inbox: want permanent (the role cannot get replies at all)")
 	}
 }

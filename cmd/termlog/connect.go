@@ -322,6 +322,19 @@ func (g *globals) roleRefused(role natsserver.Role, err error) error {
 	return permanentError{fmt.Errorf("%s: the key %s is not a key of role %s of this server (this process needs the %s key, %s.nk), or the server's keys were made for another --cluster than %q", what, seed, role, role, role, g.cluster)}
 }
 
+// refusedReply reports whether err is the server refusing one reply: a
+// publish to a requester's inbox is allowed once per request it received
+// (a response permission), so a second or a late reply to one request is
+// refused while the key is right. Seen in the chaos suite: a meta leader
+// answering a registration again after an append of unknown outcome was
+// retried through a NATS node's restart. It is not the wrong key: the
+// role goes on, and the requester asks again.
+func refusedReply(err error) bool {
+	_, d, ok := strings.Cut(err.Error(), "Violation for Publish to ")
+	d = strings.TrimLeft(d, "\"'")
+	return ok && strings.HasPrefix(d, "_INBOX.")
+}
+
 // roleContext is parent, ended also by a permanent error passed to fatal;
 // result is the error the role ends with: that permanent error if there
 // was one, else err. stop releases the context.
@@ -359,7 +372,7 @@ func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name strin
 	opts := append(roleConnOptions(name), ro...)
 	opts = append(opts,
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if fatal != nil && (errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, nats.ErrAuthorization)) {
+			if fatal != nil && (errors.Is(err, nats.ErrPermissionViolation) && !refusedReply(err) || errors.Is(err, nats.ErrAuthorization)) {
 				fatal(g.roleRefused(role, err))
 				return
 			}
