@@ -8,6 +8,7 @@ import (
 
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/sched"
+	"github.com/termlog/termlog/projections"
 )
 
 // TestStatusNamesLostQuorum: a shard the leader's health calls lost-quorum
@@ -20,7 +21,8 @@ func TestStatusNamesLostQuorum(t *testing.T) {
 		LostQuorum: true, QuorumShortSince: since, Gone: []string{"2@store-2 (down since seq 40)", "3@store-3 (down since seq 31)"},
 		Runbook: sched.RecoverCommand(1, "store-1")}
 	sh.Why = "lost-quorum: 1 of 3 members running on live stores (a quorum is 2) since ...; recover with " + sh.Runbook
-	s := Status{Term: 2, LeaseHolder: "meta-1"}
+	// The judge judges the stream's shards with the record's verdict.
+	s := Status{Term: 2, LeaseHolder: "meta-1", Shards: []projections.Shard{{ID: 1, Members: sh.Members}}}
 	rec := &meta.HealthRecord{Leader: "meta-1", Term: 2, At: since.Add(time.Minute), Health: sched.Health{Term: 2, Shards: []sched.ShardHealth{sh}, ShardsWanted: 1}}
 	rec.Recovery.State = meta.RecoveryComplete
 	problems := judge(s, rec, 0, time.Minute)

@@ -166,6 +166,11 @@ func current(st projections.Store, recStores map[string]sched.StoreHealth) bool 
 // not from a report of a process from before a restart) and the stream's
 // membership, operator and pending changes.
 func shard(sh projections.Shard, h sched.ShardHealth, stores map[string]projections.Store, recStores map[string]sched.StoreHealth) string {
+	if h.LostQuorum {
+		// The leader's verdict over a whole threshold, with the runbook's
+		// command: first, whatever the recount says.
+		return fmt.Sprintf("shard %d: %s", sh.ID, h.Why)
+	}
 	expected := max(h.Expected, len(sh.Members))
 	var gone []string
 	n := 0
