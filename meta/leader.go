@@ -480,7 +480,7 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 		if err := client.DecodeStepDown(data); err != nil {
 			return decide.BadRequest(err)
 		}
-		l.logger.Warn().Msg("step-down requested")
+		l.logger.Info().Msg("step-down requested")
 		l.lose(reasonStepDown)
 		return client.Reply{}
 	case client.RPCStoreRegister:

@@ -37,10 +37,10 @@ or when another store applied more (unless --force).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.Shard == 0 || req.From == "" {
-				return errors.New("--shard and --from are required")
+				return usage(errors.New("--shard and --from are required"))
 			}
 			if !req.DryRun && !req.Yes {
-				return errors.New("a recovery declares replicas gone for good: run it with --dry-run first, then with --yes")
+				return usage(errors.New("a recovery declares replicas gone for good: run it with --dry-run first, then with --yes"))
 			}
 			if req.Operator == "" {
 				req.Operator = operatorName()
