@@ -169,23 +169,38 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 		why = fmt.Sprintf("the event stream's leader stopped answering during the read (for %s: a NATS node lost, its Raft group electing a leader?)", staleAfter)
 	default:
 	}
-	sctx, scancel := context.WithTimeout(ctx, staleRead)
-	st, serr := staleStatus(sctx, s.nc, g.cluster, why)
-	scancel()
-	if serr != nil {
-		return wait() // no copy either: the stream's answer, or its error, as before
-	}
-	select {
-	case r := <-done: // the read came meanwhile: it, not the copy
-		if r.err == nil {
-			return r.st, nil
+	// The copy is asked again until the stream's own read ends: right
+	// after a node is lost, a direct get may first go to the lost node's
+	// replica and stay unanswered (seen in CI: one 500 ms attempt failed
+	// and status waited its whole --timeout, exit 2).
+	for {
+		sctx, scancel := context.WithTimeout(ctx, staleRead)
+		st, serr := staleStatus(sctx, s.nc, g.cluster, why)
+		scancel()
+		if serr == nil {
+			select {
+			case r := <-done: // the read came meanwhile: it, not the copy
+				if r.err == nil {
+					return r.st, nil
+				}
+			default:
+				fcancel()
+				<-done
+			}
+			return st, nil
 		}
-	default:
-		fcancel()
-		<-done
+		select {
+		case r := <-done: // no copy, and the stream's answer or its error
+			return r.st, r.err
+		case <-ctx.Done():
+			return wait()
+		case <-time.After(staleRetry):
+		}
 	}
-	return st, nil
 }
+
+// staleRetry is the pause between two reads of the copy.
+const staleRetry = 100 * time.Millisecond
 
 // probeLeader asks the stream's leader for its last seq every staleAfter
 // while a status read folds the stream, and closes silent when it does not
