@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -540,4 +542,62 @@ func (l *serverLogger) Fatalf(format string, v ...any) {
 	case l.fatal <- msg:
 	default:
 	}
+}
+
+// StartCluster starts the n nodes of one JetStream cluster on loopback
+// (routes on free ports picked afresh: a node is known to its peers by its
+// name, not its address), each from base with its own Name (nats-i),
+// DataDir (dir/nats-i) and route port; the first node keeps base.Port, the
+// others take a free one. It returns once JetStream answers on every node
+// (within 30 s), or shuts down what it started and says which node failed.
+func StartCluster(base ServerConfig, dir string, n int) ([]*Server, error) {
+	if base.ClusterName == "" {
+		base.ClusterName = "termlog"
+	}
+	var ports []int
+	var routes []string
+	for range n {
+		l, err := net.Listen("tcp", loopback+":0")
+		if err != nil {
+			return nil, fmt.Errorf("start NATS cluster: a free route port: %w", err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+		routes = append(routes, RouteURL(ports[len(ports)-1]))
+	}
+	var srvs []*Server
+	stop := func() {
+		for _, s := range srvs {
+			s.Shutdown()
+		}
+	}
+	for i := range n {
+		cfg := base
+		cfg.Name = fmt.Sprintf("nats-%d", i+1)
+		cfg.DataDir = filepath.Join(dir, cfg.Name)
+		cfg.ClusterPort, cfg.Routes = ports[i], routes
+		if i > 0 {
+			cfg.Port = 0
+		}
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			stop()
+			return nil, err
+		}
+		srv, err := StartServer(cfg)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		}
+		srvs = append(srvs, srv)
+	}
+	// The cluster serves JetStream once its nodes elected a meta leader.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range srvs {
+		if _, err := s.WaitJetStream(ctx); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	return srvs, nil
 }

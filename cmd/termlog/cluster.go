@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -108,46 +106,11 @@ func startEmbeddedNATS(data string, port, replicas int, sync natsserver.SyncPoli
 		}
 		return &embeddedNATS{srvs: []*natsserver.Server{srv}, sec: sec}, nil
 	}
-	var routePorts []int
-	var routes []string
-	for range replicas {
-		p, err := freeLoopbackPort()
-		if err != nil {
-			return nil, err
-		}
-		routePorts = append(routePorts, p)
-		routes = append(routes, natsserver.RouteURL(p))
+	srvs, err := natsserver.StartCluster(natsserver.ServerConfig{Port: port, ClusterName: "termlog", Sync: sync, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS}, data, replicas)
+	if err != nil {
+		return nil, err
 	}
-	e := &embeddedNATS{sec: sec}
-	for i := range replicas {
-		cfg := natsserver.ServerConfig{
-			DataDir: filepath.Join(data, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
-			ClusterName: "termlog", ClusterPort: routePorts[i], Routes: routes, Sync: sync, Auth: sec.auth, TLS: sec.tls, RouteTLS: sec.routeTLS,
-		}
-		if i == 0 {
-			cfg.Port = port
-		}
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			e.Shutdown()
-			return nil, err
-		}
-		srv, err := natsserver.StartServer(cfg)
-		if err != nil {
-			e.Shutdown()
-			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
-		}
-		e.srvs = append(e.srvs, srv)
-	}
-	// The cluster serves JetStream once its nodes elected a meta leader.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, s := range e.srvs {
-		if _, err := s.WaitJetStream(ctx); err != nil {
-			e.Shutdown()
-			return nil, err
-		}
-	}
-	return e, nil
+	return &embeddedNATS{srvs: srvs, sec: sec}, nil
 }
 
 // URLs lists the client URLs, node first first.
@@ -191,15 +154,6 @@ func (e *embeddedNATS) Shutdown() {
 	for _, s := range e.srvs {
 		s.Shutdown()
 	}
-}
-
-func freeLoopbackPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // leaseOpts are the lease flags of up and meta run.

@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -44,39 +42,11 @@ func startEnvSync(dir string, p natsserver.SyncPolicy, replicas int) (*env, erro
 		e.srvs = []*natsserver.Server{srv}
 		return e, nil
 	}
-	var ports []int
-	var routes []string
-	for range e.replicas {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-		routes = append(routes, natsserver.RouteURL(ports[len(ports)-1]))
+	srvs, err := natsserver.StartCluster(natsserver.ServerConfig{ClusterName: "bench", Sync: p}, dir, e.replicas)
+	if err != nil {
+		return nil, err
 	}
-	for i := range e.replicas {
-		cfg := natsserver.ServerConfig{DataDir: filepath.Join(dir, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("nats-%d", i+1),
-			ClusterName: "bench", ClusterPort: ports[i], Routes: routes, Sync: p}
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			e.close()
-			return nil, err
-		}
-		srv, err := natsserver.StartServer(cfg)
-		if err != nil {
-			e.close()
-			return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
-		}
-		e.srvs = append(e.srvs, srv)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, s := range e.srvs {
-		if _, err := s.WaitJetStream(ctx); err != nil {
-			e.close()
-			return nil, err
-		}
-	}
+	e.srvs = srvs
 	return e, nil
 }
 
