@@ -324,10 +324,12 @@ func (g *globals) roleRefused(role natsserver.Role, err error) error {
 
 // refusedReply reports whether err is the server refusing one reply: a
 // publish to a requester's inbox is allowed once per request it received
-// (a response permission), so a second or a late reply to one request is
-// refused while the key is right. Seen in the chaos suite: a meta leader
-// answering a registration again after an append of unknown outcome was
-// retried through a NATS node's restart. It is not the wrong key: the
+// (a response permission) and the permission lives in the server the
+// request came through: a reply sent after the connection moved to another
+// node is refused while the key is right (FACTS.md; checked with two
+// clustered servers). Seen in the chaos suite: a meta leader answering a
+// registration it received before a NATS node was killed, once its append
+// went through on the node it reconnected to. It is not the wrong key: the
 // role goes on, and the requester asks again.
 func refusedReply(err error) bool {
 	_, d, ok := strings.Cut(err.Error(), "Violation for Publish to ")
