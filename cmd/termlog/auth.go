@@ -364,7 +364,7 @@ Without, a 'nats context save' command line; run it once, then select it:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			role, err := natsserver.ParseRole(roleName)
 			if err != nil {
-				return fmt.Errorf("--role: %w", err)
+				return usage(fmt.Errorf("--role: %w", err))
 			}
 			args, err := g.natscliArgs(role)
 			if err != nil {

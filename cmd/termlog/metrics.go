@@ -205,7 +205,7 @@ func validMetricsAddr(addr string) error {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("--metrics-addr %q: want host:port, e.g. 127.0.0.1:9464: %v", addr, err)
+		return usage(fmt.Errorf("--metrics-addr %q: want host:port, e.g. 127.0.0.1:9464: %v", addr, err))
 	}
 	return nil
 }

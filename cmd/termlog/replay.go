@@ -349,7 +349,7 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 func runHTML(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	for _, n := range []string{"state", "rejected", "check", "diff", "follow", "json", "tail", "to-script", "state-at"} {
 		if cmd.Flags().Changed(n) {
-			return fmt.Errorf("--html writes a whole report; it does not go with --%s", n)
+			return usage(fmt.Errorf("--html writes a whole report; it does not go with --%s", n))
 		}
 	}
 	o, err := (&replayFlags{untilTime: f.untilTime, fromTime: f.fromTime, toTime: f.toTime, worker: f.worker, endpoint: f.endpoint, store: f.store, shard: f.shard, typ: f.typ, fromSeq: f.fromSeq, toSeq: f.toSeq, untilSeq: f.untilSeq}).options(cmd)
@@ -361,7 +361,7 @@ func runHTML(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		for _, v := range strings.Split(f.history, ",") {
 			s, err := replay.ParseSubject(strings.TrimSpace(v))
 			if err != nil {
-				return fmt.Errorf("--history: %w", err)
+				return usage(fmt.Errorf("--history: %w", err))
 			}
 			ro.History = append(ro.History, s)
 		}

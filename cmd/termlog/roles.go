@@ -100,7 +100,7 @@ node with --auth-dir DIR. --insecure runs an open server.`,
 				return err
 			}
 			if port < 0 || port > 65535 {
-				return fmt.Errorf("--port %d: want 0 (a free port) to 65535", port)
+				return usage(fmt.Errorf("--port %d: want 0 (a free port) to 65535", port))
 			}
 			// Before the server opens its store: one server per data dir.
 			lock, err := lockDataDir(data, "termlog nats")
@@ -428,10 +428,10 @@ func newWorkerRunCmd(g *globals) *cobra.Command {
 	}
 	run.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := client.ValidateEndpoint(endpoint); err != nil {
-			return err
+			return usage(err)
 		}
 		if parallelism < 1 {
-			return fmt.Errorf("--parallelism %d: want >= 1", parallelism)
+			return usage(fmt.Errorf("--parallelism %d: want >= 1", parallelism))
 		}
 		if err := validMetricsAddr(metricsAddr); err != nil {
 			return err
@@ -520,10 +520,10 @@ func newLogstoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if err := logstore.ValidateRaftAddr(addr); err != nil {
-				return err
+				return usage(err)
 			}
 			if o.restartGrace < 0 {
-				return fmt.Errorf("--restart-grace %s: want >= 0 (0: do not drain on SIGTERM)", o.restartGrace)
+				return usage(fmt.Errorf("--restart-grace %s: want >= 0 (0: do not drain on SIGTERM)", o.restartGrace))
 			}
 			if err := validMetricsAddr(o.metricsAddr); err != nil {
 				return err

@@ -277,7 +277,7 @@ type upEnv struct {
 func (o upOpts) prepare(g *globals) (upEnv, error) {
 	var env upEnv
 	if err := o.validate(); err != nil {
-		return env, err
+		return env, usage(err)
 	}
 	if err := validMetricsAddr(o.metricsAddr); err != nil {
 		return env, err
@@ -714,7 +714,7 @@ func validLogDB(p string) error {
 	case logstore.LogDBTiny, logstore.LogDBDefault:
 		return nil
 	}
-	return fmt.Errorf("--logdb %q: want %s or %s", p, logstore.LogDBTiny, logstore.LogDBDefault)
+	return usage(fmt.Errorf("--logdb %q: want %s or %s", p, logstore.LogDBTiny, logstore.LogDBDefault))
 }
 
 // leaseFlag is --lease of up and meta run.
