@@ -25,6 +25,7 @@ import (
 	"github.com/termlog/termlog/chaos/history"
 	"github.com/termlog/termlog/chaos/netns"
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 // pcluster is a Netns Cluster (one namespace per NATS node, meta and
@@ -148,18 +149,16 @@ func (c *pcluster) waitFor(what string, within time.Duration, cond func(ctx cont
 	c.t.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	last := ""
-	for {
-		ok, why := cond(ctx)
-		if ok {
-			return time.Since(start)
+	err := testkit.Poll(ctx, within, 200*time.Millisecond, func() error {
+		if ok, why := cond(ctx); !ok {
+			return errors.New(why)
 		}
-		last = why
-		if time.Since(start) > within {
-			c.t.Fatalf("%s: not within %v: %s", what, within, last)
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("%s: not within %v: %v", what, within, err)
 	}
+	return time.Since(start)
 }
 
 // waitHealthy waits for `status` to exit 0 (healthy, every shard 3/3 on
@@ -519,18 +518,14 @@ func storeCutFromNATS(ctx context.Context, c *pcluster) {
 	// Only store-3 is live now: the shard must be blocked for want of a
 	// quorum, with its Raft leader still known (store-3 reports it).
 	var blocked string
-	if _, err := func() (time.Duration, error) {
-		start := time.Now()
-		for time.Since(start) < 20*time.Second {
-			s, _, err := c.status(ctx)
-			if err == nil && len(s.Shards) > 0 && strings.Contains(s.Shards[0].Blocked, "no quorum") {
-				blocked = s.Shards[0].Blocked
-				return time.Since(start), nil
-			}
-			time.Sleep(200 * time.Millisecond) // polling interval
+	if err := testkit.Poll(ctx, 20*time.Second, 200*time.Millisecond, func() error {
+		s, _, err := c.status(ctx)
+		if err == nil && len(s.Shards) > 0 && strings.Contains(s.Shards[0].Blocked, "no quorum") {
+			blocked = s.Shards[0].Blocked
+			return nil
 		}
-		return 0, errors.New("timeout")
-	}(); err != nil {
+		return errors.New("not blocked")
+	}); err != nil {
 		// Say what the scheduler did instead.
 		c.checkStream(ctx, "store-cut-unblocked")
 		t.Fatalf("shard 1 not blocked for want of a quorum 20 s after store-2 went down")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/termlog/termlog/chaos/lazyfs"
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 var (
@@ -326,40 +327,38 @@ func runPowerLoss(t *testing.T, bin, dir string, pc plCase, seed uint64, dirs la
 // cannot be read (a restarted R3 stream may be without a leader for a
 // few seconds); "no stream" is an answer, not a reason to try again.
 func exportWithin(ctx context.Context, c *Cluster, path string, within time.Duration) ([]Event, error) {
-	deadline := time.Now().Add(within)
-	for {
-		evs, err := c.Export(ctx, path)
-		if err == nil || strings.Contains(err.Error(), "no stream") || time.Now().After(deadline) {
-			return evs, err
+	var evs []Event
+	var err error
+	_ = testkit.Poll(ctx, within, time.Second, func() error {
+		evs, err = c.Export(ctx, path)
+		if err != nil && strings.Contains(err.Error(), "no stream") {
+			return nil // an answer: returned as it is
 		}
-		sleepCtx(ctx, time.Second)
-	}
+		return err
+	})
+	return evs, err
 }
 
 // registered waits until a registration is acknowledged.
 func registered(ctx context.Context, reg *Registrar, within time.Duration) bool {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if _, err := reg.Register(ctx, 2*time.Second); err == nil {
-			return true
-		}
-		sleepCtx(ctx, 200*time.Millisecond)
-	}
-	return false
+	return testkit.Poll(ctx, within, 200*time.Millisecond, func() error {
+		_, err := reg.Register(ctx, 2*time.Second)
+		return err
+	}) == nil
 }
 
 // crashWhenClosed crashes fs once the kernel has let go of the killed
 // process's files (its last releases can trail its exit).
 func crashWhenClosed(fs *lazyfs.FS, o lazyfs.CrashOptions) (lazyfs.CrashReport, error) {
-	var err error
-	for range 20 {
-		var rep lazyfs.CrashReport
-		if rep, err = fs.Crash(o); err == nil {
-			return rep, nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	var rep lazyfs.CrashReport
+	err := testkit.Poll(context.Background(), 2*time.Second, 100*time.Millisecond, func() (err error) {
+		rep, err = fs.Crash(o)
+		return err
+	})
+	if err != nil {
+		return lazyfs.CrashReport{}, err
 	}
-	return lazyfs.CrashReport{}, err
+	return rep, nil
 }
 
 func names(ps []*Proc, idx []int) []string {

@@ -61,10 +61,10 @@ const (
 )
 
 // ProcessFaults are the kinds every cluster can run; Partitions need a
-// Netns cluster.
+// Netns cluster (see faultTable).
 var (
-	ProcessFaults = []Fault{MetaLeaderKill, MetaLeaderPause, WorkerKill, StoreRapidRestart, StoreReplaced, NATSKill}
-	Partitions    = []Fault{PartitionMetaLeader, PartitionStoreNATS, PartitionStoreRaft, PartitionNATSNode}
+	ProcessFaults = faultsOf(false)
+	Partitions    = faultsOf(true)
 )
 
 // Faults is every kind, in a fixed order (for counts).
@@ -90,15 +90,8 @@ type Step struct {
 func (s Step) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "+%s %s", s.At.Round(time.Millisecond), s.Fault)
-	switch s.Fault {
-	case WorkerKill:
-		fmt.Fprintf(&b, " worker-%d", s.Target+1)
-	case StoreRapidRestart, StoreReplaced:
-		fmt.Fprintf(&b, " store-%d", s.Target+1)
-	case NATSKill, PartitionNATSNode:
-		fmt.Fprintf(&b, " nats-%d", s.Target+1)
-	case PartitionStoreNATS, PartitionStoreRaft:
-		fmt.Fprintf(&b, " store-%d", s.Target+1)
+	if unit := kindOf(s.Fault).unit; unit != "" {
+		fmt.Fprintf(&b, " %s-%d", unit, s.Target+1)
 	}
 	fmt.Fprintf(&b, " hold %s", s.Hold.Round(time.Millisecond))
 	if s.Repeat > 0 {
@@ -132,51 +125,16 @@ func Generate(seed uint64, cfg Config) Schedule {
 	h := splitmix(seed ^ splitmix(uint64(len(cfg.Topology))*0x100000001b3+uint64(cfg.Topology[0])))
 	r := rand.New(rand.NewPCG(h, splitmix(h)))
 	s := Schedule{Seed: seed, Topology: cfg.Topology}
-	between := func(lo, hi time.Duration) time.Duration {
-		return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
-	}
+	d := drawer{r}
 	n := 1 + r.IntN(3)
 	var at time.Duration
 	for i := range n {
 		if i > 0 {
-			at += between(0, 3*time.Second)
+			at += d.between(0, 3*time.Second)
 		}
 		ks := kinds(cfg)
 		st := Step{At: at, Fault: ks[r.IntN(len(ks))]}
-		switch st.Fault {
-		case MetaLeaderKill:
-			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
-		case MetaLeaderPause:
-			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
-		case WorkerKill:
-			st.Target = r.IntN(cfg.Workers)
-			st.Hold = between(0, cfg.WorkerTimeout*2)
-		case StoreRapidRestart:
-			st.Target = r.IntN(cfg.Stores)
-			st.Hold = between(100*time.Millisecond, time.Second)
-			st.Repeat = 2 + r.IntN(3)
-		case StoreReplaced:
-			st.Target = r.IntN(cfg.Stores)
-			st.Hold = between(0, 2*time.Second)
-		case NATSKill:
-			if cfg.Topology == R3 {
-				st.Target = r.IntN(3)
-			}
-			st.Hold = between(200*time.Millisecond, 3*time.Second)
-		case PartitionMetaLeader:
-			st.Hold = between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease)
-		case PartitionStoreNATS:
-			st.Target = r.IntN(cfg.Stores)
-			st.Hold = between(cfg.StoreTimeout/2, 3*cfg.StoreTimeout)
-		case PartitionStoreRaft:
-			st.Target = r.IntN(cfg.Stores)
-			st.Hold = between(time.Second, 6*time.Second)
-		case PartitionNATSNode:
-			if cfg.Topology == R3 {
-				st.Target = r.IntN(3)
-			}
-			st.Hold = between(time.Second, 6*time.Second)
-		}
+		kindOf(st.Fault).draw(d, cfg, &st)
 		s.Steps = append(s.Steps, st)
 	}
 	return s

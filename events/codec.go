@@ -49,15 +49,27 @@ func (e *DecodeError) Error() string {
 
 func (e *DecodeError) Unwrap() error { return e.Err }
 
-// envelope is the wire form of an event body.
-type envelope struct {
+// Envelope is the wire form of an event body, its data left raw: what
+// Encode writes, what Decode reads (the one definition of the body's JSON
+// fields and their order; a JSONL export line is "seq" and then these).
+type Envelope = EnvelopeOf[time.Time]
+
+// EnvelopeOf is Envelope with the time as T: EnvelopeOf[json.RawMessage]
+// writes the "at" text as it was written (offset and precision kept, byte
+// for byte), where Envelope writes a time.Time.
+type EnvelopeOf[T any] struct {
 	V      int             `json:"v"`
 	Term   uint64          `json:"term"`
 	Writer string          `json:"writer"`
-	At     time.Time       `json:"at"`
+	At     T               `json:"at"`
 	Type   string          `json:"type"`
 	Data   json.RawMessage `json:"data"`
 }
+
+// envelope is Envelope as the codec decodes it: decode errors name the
+// type ("cannot unmarshal array into Go value of type events.envelope"),
+// and replay's and the scripts' outputs quote them.
+type envelope Envelope
 
 // line is the JSONL export form: the envelope plus the seq.
 type line struct {

@@ -255,22 +255,22 @@ func streamLeader(ctx context.Context, nc *nats.Conn, stream string) string {
 func moveStreamLeader(t *testing.T, nc *nats.Conn, stream, to string) {
 	t.Helper()
 	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": to}})
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	err := testkit.Poll(t.Context(), 20*time.Second, 0, func() error {
 		if streamLeader(t.Context(), nc, stream) == to {
-			return
+			return nil
 		}
 		if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 2*time.Second); err != nil {
 			t.Logf("stream %s leader stepdown: %v", stream, err)
 		}
 		// The election takes a moment: wait for it before asking again.
-		settle := time.Now().Add(3 * time.Second)
-		for time.Now().Before(settle) {
-			if l := streamLeader(t.Context(), nc, stream); l == to {
-				return
+		return testkit.Poll(t.Context(), 3*time.Second, 20*time.Millisecond, func() error {
+			if l := streamLeader(t.Context(), nc, stream); l != to {
+				return fmt.Errorf("leader %q", l)
 			}
-			time.Sleep(20 * time.Millisecond) // polling interval
-		}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatalf("stream %s not led by %s after 20s (%v)", stream, to, err)
 	}
-	t.Fatalf("stream %s not led by %s after 20s (leader %q)", stream, to, streamLeader(t.Context(), nc, stream))
 }

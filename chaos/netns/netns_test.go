@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/termlog/termlog/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -100,18 +102,17 @@ func reach(ctx context.Context, from *Node, addr string) (bool, string) {
 func eventually(t *testing.T, from *Node, addr string, want bool) {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, out := reach(ctx, from, addr)
-		if got == want {
-			t.Logf("%s -> %s: reachable %v after %v", from.Name, addr, want, time.Since(deadline.Add(-10*time.Second)).Round(time.Millisecond))
-			return
+	start := time.Now()
+	err := testkit.Poll(ctx, 10*time.Second, 100*time.Millisecond, func() error {
+		if got, out := reach(ctx, from, addr); got != want {
+			return fmt.Errorf("reachable %v, want %v (%s)", got, want, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s -> %s: reachable %v, want %v (%s)", from.Name, addr, got, want, out)
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval, not a stand-in for synchronisation
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s -> %s: %v", from.Name, addr, err)
 	}
+	t.Logf("%s -> %s: reachable %v after %v", from.Name, addr, want, time.Since(start).Round(time.Millisecond))
 }
 
 func TestCutIsolateHeal(t *testing.T) {
@@ -361,12 +362,8 @@ func TestRelay(t *testing.T) {
 	if err := n.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for greetFrom(b, r.Addr()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("b does not reach the relay 10 s after Heal")
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval
+	if err := testkit.Poll(ctx, 10*time.Second, 100*time.Millisecond, func() error { return greetFrom(b, r.Addr()) }); err != nil {
+		t.Fatalf("b does not reach the relay 10 s after Heal: %v", err)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)

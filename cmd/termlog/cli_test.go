@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -128,12 +129,14 @@ func (p *upProc) waitFor(t *testing.T, what string) {
 // waitIn polls one of the process's outputs for a string.
 func (p *upProc) waitIn(t *testing.T, b *syncBuffer, what string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(b.String(), what) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never printed %q:\n%s\nstderr:\n%s", p.cmd.Args[1], what, p.out.String(), p.errOut.String())
+	printed := func() error {
+		if !strings.Contains(b.String(), what) {
+			return errors.New("not printed")
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+		return nil
+	}
+	if testkit.Poll(context.Background(), 60*time.Second, 50*time.Millisecond, printed) != nil {
+		t.Fatalf("%s never printed %q:\n%s\nstderr:\n%s", p.cmd.Args[1], what, p.out.String(), p.errOut.String())
 	}
 }
 
@@ -149,21 +152,50 @@ func run(t *testing.T, bin string, args ...string) (string, error) {
 // 2 shards with 3 members each are projected, and returns that status.
 func healthy(t *testing.T, bin, url, auth string) Status {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
-		last = out
-		if err == nil {
-			var s Status
-			if json.Unmarshal([]byte(out), &s) == nil && s.LeaseHolder != "" && s.Leader == s.LeaseHolder && running(s) == 3 && fullShards(s) == 2 {
-				return s
-			}
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval
+	s, last, ok := pollStatus(bin, url, auth, 90*time.Second, func(s Status) bool {
+		return s.LeaseHolder != "" && s.Leader == s.LeaseHolder && running(s) == 3 && fullShards(s) == 2
+	})
+	if !ok {
+		t.Fatalf("not healthy within 90s; last status:\n%s", last)
 	}
-	t.Fatalf("not healthy within 90s; last status:\n%s", last)
-	return Status{}
+	return s
+}
+
+// handedOff polls status --json until a replica other than first's leader
+// leads a newer term and holds the lease (after meta stepdown), and
+// returns that status.
+func handedOff(t *testing.T, bin, url, auth string, first Status) Status {
+	t.Helper()
+	s, last, ok := pollStatus(bin, url, auth, 30*time.Second, func(s Status) bool {
+		return s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader
+	})
+	if !ok {
+		t.Fatalf("no handoff after stepdown within 30s:\n%s", last)
+	}
+	return s
+}
+
+// pollStatus polls status --json every 200 ms until ok holds for it, or
+// within passes; it returns the last status and output.
+func pollStatus(bin, url, auth string, within time.Duration, ok func(Status) bool) (s Status, last string, held bool) {
+	err := testkit.Poll(context.Background(), within, 200*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		b, err := exec.CommandContext(ctx, bin, "status", "--json", "--nats", url, "--auth-dir", auth).CombinedOutput()
+		last = string(b)
+		if err != nil {
+			return err
+		}
+		s = Status{}
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		if !ok(s) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return s, last, err == nil
 }
 
 func running(s Status) int {
@@ -251,19 +283,7 @@ func TestCLIUpStatusReplayRestart(t *testing.T) {
 	if out, err := run(t, bin, "meta", "stepdown", "--nats", url, "--auth-dir", auth); err != nil || !strings.Contains(out, "stepping down") {
 		t.Fatalf("meta stepdown: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
-		var s Status
-		if err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader {
-			first = s
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no handoff after stepdown within 30s:\n%s", out)
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval
-	}
+	first = handedOff(t, bin, url, auth, first)
 
 	export := filepath.Join(t.TempDir(), "events.jsonl")
 	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url, "--auth-dir", auth); err != nil {

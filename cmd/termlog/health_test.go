@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -152,22 +153,24 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 	}
 	waitStatus := func(what string, within time.Duration, cond func(code int, s Status) bool) (int, Status) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			code, s, stderr := statusJSON(t, bin)
-			if cond(code, s) {
-				return code, s
+		var code int
+		var s Status
+		var stderr string
+		if testkit.Poll(t.Context(), within, 200*time.Millisecond, func() error {
+			if code, s, stderr = statusJSON(t, bin); !cond(code, s) {
+				return errors.New("not yet")
 			}
-			if time.Now().After(deadline) {
-				rec, _ := json.MarshalIndent(s.Health, "", " ")
-				logs := ""
-				for _, st := range stores {
-					logs += fmt.Sprintf("\n%s:\n%s", st.id, st.p.errOut.String())
-				}
-				t.Fatalf("timed out after %s waiting for %s: last status exit %d, problems %q, stderr %s\nhealth: %s\nmeta:\n%s%s", within, what, code, s.Health.Problems, stderr, rec, m.errOut.String(), logs)
-			}
-			time.Sleep(200 * time.Millisecond) // polling interval
+			return nil
+		}) == nil {
+			return code, s
 		}
+		rec, _ := json.MarshalIndent(s.Health, "", " ")
+		logs := ""
+		for _, st := range stores {
+			logs += fmt.Sprintf("\n%s:\n%s", st.id, st.p.errOut.String())
+		}
+		t.Fatalf("timed out after %s waiting for %s: last status exit %d, problems %q, stderr %s\nhealth: %s\nmeta:\n%s%s", within, what, code, s.Health.Problems, stderr, rec, m.errOut.String(), logs)
+		return 0, Status{}
 	}
 	waitStatus("a healthy cluster with shard 1 at 3/3", 60*time.Second, func(code int, s Status) bool {
 		running, _, ok := shardHealth(s, 1)
@@ -219,12 +222,13 @@ func TestCLIShardHealthAndRollingRestart(t *testing.T) {
 		t.Fatalf("status table: exit %d, want 1 and shard 1 at 2/3 with leader %s:\n%s\n%s", r.code, leader, r.stdout, r.stderr)
 	}
 	// /metrics says the same.
-	deadline := time.Now().Add(10 * time.Second)
-	for scrape(t, metaMetrics, "termlog_shard_replicas_running", "shard")["1"] != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("meta metrics: %v", scrape(t, metaMetrics, "termlog_shard_replicas_running", "shard"))
+	if testkit.Poll(t.Context(), 10*time.Second, 100*time.Millisecond, func() error {
+		if scrape(t, metaMetrics, "termlog_shard_replicas_running", "shard")["1"] != 2 {
+			return errors.New("not 2")
 		}
-		time.Sleep(100 * time.Millisecond) // polling interval
+		return nil
+	}) != nil {
+		t.Fatalf("meta metrics: %v", scrape(t, metaMetrics, "termlog_shard_replicas_running", "shard"))
 	}
 	if got := scrape(t, metaMetrics, "termlog_shard_healthy", "shard")["1"]; got != 0 {
 		t.Fatalf("termlog_shard_healthy{shard=1} = %v while frozen", got)

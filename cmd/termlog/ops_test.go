@@ -426,16 +426,15 @@ func TestCLIRolesWaitForNATS(t *testing.T) {
 	// SIGTERM: the worker deregisters (an event), it is not left to expire.
 	w.stop(t)
 	w.waitIn(t, &w.errOut, `"message":"worker stopped"`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := runEnv(t, bin, nil, "replay", "--type", "worker.deregistered", "--json")
-		if r.code == 0 && strings.Contains(r.stdout, "worker.deregistered") {
-			break
+	var r result
+	if testkit.Poll(t.Context(), 30*time.Second, 100*time.Millisecond, func() error {
+		r = runEnv(t, bin, nil, "replay", "--type", "worker.deregistered", "--json")
+		if r.code != 0 || !strings.Contains(r.stdout, "worker.deregistered") {
+			return errors.New("no event")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no worker.deregistered event after SIGTERM of the worker:\n%s\n%s\nworker stderr:\n%s", r.stdout, r.stderr, w.errOut.String())
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval
+		return nil
+	}) != nil {
+		t.Fatalf("no worker.deregistered event after SIGTERM of the worker:\n%s\n%s\nworker stderr:\n%s", r.stdout, r.stderr, w.errOut.String())
 	}
 	if r := runEnv(t, bin, nil, "replay", "--type", "worker.expired"); strings.Contains(r.stdout, "worker.expired") {
 		t.Fatalf("the worker expired instead of deregistering:\n%s", r.stdout)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -533,18 +532,7 @@ func TestCLIUpToScript(t *testing.T) {
 	if out, err := run(t, bin, "meta", "stepdown", "--nats", url, "--auth-dir", auth); err != nil {
 		t.Fatalf("meta stepdown: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := run(t, bin, "status", "--json", "--nats", url, "--auth-dir", auth)
-		var s Status
-		if err == nil && json.Unmarshal([]byte(out), &s) == nil && s.Term > first.Term && s.Leader == s.LeaseHolder && s.Leader != first.Leader {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no handoff after stepdown within 30s:\n%s", out)
-		}
-		time.Sleep(200 * time.Millisecond) // polling interval
-	}
+	handedOff(t, bin, url, auth, first)
 	dir := t.TempDir()
 	export := filepath.Join(dir, "incident.jsonl")
 	if out, err := run(t, bin, "replay", "export", "--out", export, "--nats", url, "--auth-dir", auth); err != nil {

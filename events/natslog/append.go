@@ -15,6 +15,16 @@ import (
 	"github.com/termlog/termlog/events"
 )
 
+// JetStream API error codes of a failed Nats-Expected-Last-Sequence check
+// (server JSStreamWrongLastSequenceErrF and JSStreamWrongLastSequenceConstantErr).
+const (
+	codeWrongLastSeq         jetstream.ErrorCode = 10071
+	codeWrongLastSeqConstant jetstream.ErrorCode = 10164
+	// A failed Nats-Expected-Last-Msg-Id check (JSStreamWrongLastMsgIDErrF):
+	// the event before this one of a pipelined append is not the last.
+	codeWrongLastMsgID jetstream.ErrorCode = 10070
+)
+
 // Append implements events.Log. Event i gets Nats-Msg-Id
 // events.MsgID(event i, expectedLast+1+i) and is stored at expectedLast+1+i.
 // One event is published with Nats-Expected-Last-Sequence expectedLast.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -267,19 +268,20 @@ func (c *cluster3) waitWhole(t testing.TB) {
 // metaLeader is the index of the JetStream meta leader.
 func (c *cluster3) metaLeader(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	leader := -1
+	err := testkit.Poll(context.Background(), 30*time.Second, 20*time.Millisecond, func() error {
 		c.mu.Lock()
 		s := c.srvs[0]
 		c.mu.Unlock()
 		name := s.MetaLeader()
-		for i, cfg := range c.cfgs {
-			if cfg.Name == name {
-				return i
-			}
+		leader = slices.IndexFunc(c.cfgs, func(cfg natsserver.ServerConfig) bool { return cfg.Name == name })
+		if leader < 0 {
+			return fmt.Errorf("meta leader %q", name)
 		}
-		time.Sleep(20 * time.Millisecond) // polling interval
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("no meta leader: %v", err)
 	}
-	t.Fatal("no meta leader")
-	return -1
+	return leader
 }

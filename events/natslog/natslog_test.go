@@ -21,6 +21,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/logtest"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/natsserver"
 )
 
@@ -593,17 +594,19 @@ func testWatchAcrossRestart(t *testing.T, from uint64) {
 // passed. A fenced append fails the test at once.
 func appendRetrying(t *testing.T, l *natslog.Log, prev uint64, e events.Event, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var seq uint64
+	var err error
+	_ = testkit.Poll(t.Context(), within, 0, func() error {
 		actx, acancel := context.WithTimeout(t.Context(), 2*time.Second)
-		seq, err := l.Append(actx, prev, e)
+		seq, err = l.Append(actx, prev, e)
 		acancel()
-		if err == nil && seq == prev+1 {
-			return
+		if err == nil && seq != prev+1 || errors.Is(err, events.ErrFenced) {
+			return nil // fails at once, below
 		}
-		if errors.Is(err, events.ErrFenced) || time.Now().After(deadline) {
-			t.Fatalf("append after seq %d: %d, %v", prev, seq, err)
-		}
+		return err
+	})
+	if err != nil || seq != prev+1 {
+		t.Fatalf("append after seq %d: %d, %v", prev, seq, err)
 	}
 }
 
@@ -629,26 +632,35 @@ func waitConsumers(t *testing.T, nc *nats.Conn, stream, want string, ok func([]*
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second) // generous: a loaded machine (the chaos suite runs beside this package in CI) delays consumer creation
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		st, err := js.Stream(ctxT(t), stream)
-		if err == nil {
-			infos := st.ListConsumers(ctxT(t))
-			var cis []*jetstream.ConsumerInfo
-			for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
-				cis = append(cis, ci)
-			}
-			if err = infos.Err(); err == nil && ok(cis) {
-				return cis
-			}
+	var cis []*jetstream.ConsumerInfo
+	var last error // of the last listing; nil when it listed but ok did not hold
+	// Generous: a loaded machine (the chaos suite runs beside this package
+	// in CI) delays consumer creation.
+	err = testkit.Poll(t.Context(), 30*time.Second, 10*time.Millisecond, func() error {
+		cis, last = listConsumers(t, js, stream)
+		if last == nil && !ok(cis) {
+			return errors.New(want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s: waited in vain until %s (last error %v)", stream, want, err)
-		}
-		<-tick.C
+		return last
+	})
+	if err != nil {
+		t.Fatalf("stream %s: waited in vain until %s (last error %v)", stream, want, last)
 	}
+	return cis
+}
+
+// listConsumers lists the consumers of stream.
+func listConsumers(t *testing.T, js jetstream.JetStream, stream string) ([]*jetstream.ConsumerInfo, error) {
+	st, err := js.Stream(ctxT(t), stream)
+	if err != nil {
+		return nil, err
+	}
+	infos := st.ListConsumers(ctxT(t))
+	var cis []*jetstream.ConsumerInfo
+	for ci := range infos.Info() { // drained: the lister's goroutine blocks otherwise
+		cis = append(cis, ci)
+	}
+	return cis, infos.Err()
 }
 
 // Read and Watch clean up after themselves: no consumer is left on the

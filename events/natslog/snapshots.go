@@ -49,53 +49,6 @@ const (
 	mdAt         = "at"
 )
 
-// OpenSnapshots creates or binds the snapshot bucket of l's cluster, with
-// l's replicas, retrying while JetStream is not ready until ctx is done (or
-// the Log's OpenTimeout when ctx has no deadline).
-func OpenSnapshots(ctx context.Context, l *Log) (*Snapshots, error) {
-	return openSnapshots(ctx, l, true)
-}
-
-// BindSnapshots binds the snapshot bucket of l's cluster if it exists (a
-// reader such as replay creates nothing); when it does not, the error wraps
-// jetstream.ErrBucketNotFound.
-func BindSnapshots(ctx context.Context, l *Log) (*Snapshots, error) {
-	return openSnapshots(ctx, l, false)
-}
-
-func openSnapshots(ctx context.Context, l *Log, create bool) (*Snapshots, error) {
-	cfg := jetstream.ObjectStoreConfig{
-		Bucket:      SnapshotBucket(l.cluster),
-		Description: "termlog projection snapshots of stream " + l.name,
-		Storage:     jetstream.FileStorage,
-		Replicas:    l.cfg.Replicas,
-	}
-	var obs jetstream.ObjectStore
-	// Each attempt is bounded (a request left unanswered during a
-	// JetStream election must not use the whole budget); openRetrying asks
-	// again until ctx's deadline. Asking again is safe: a create that
-	// landed unanswered makes the next attempt find the bucket.
-	err := l.openRetrying(ctx, "open snapshot bucket "+cfg.Bucket, func(ctx context.Context) (err error) {
-		ctx, cancel := l.attemptCtx(ctx)
-		defer cancel()
-		obs, err = l.js.ObjectStore(ctx, cfg.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) && !create {
-			return &configError{msg: err.Error(), err: err}
-		}
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			obs, err = l.js.CreateObjectStore(ctx, cfg)
-			if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				obs, err = l.js.ObjectStore(ctx, cfg.Bucket)
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Snapshots{log: l, obs: obs}, nil
-}
-
 // Bounds implements events.SnapshotStore: the stream's creation time is its
 // identity.
 func (s *Snapshots) Bounds(ctx context.Context) (events.StreamBounds, error) {

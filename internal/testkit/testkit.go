@@ -33,12 +33,53 @@ const PollEvery = 5 * time.Millisecond
 // naming what it waited for when within passes first.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
+	err := Poll(context.Background(), within, PollEvery, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(PollEvery)
+		return errNotYet
+	})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+	}
+}
+
+var errNotYet = errors.New("not yet")
+
+// EventuallyErr is Eventually for a condition that says why it does not
+// hold yet: when within passes first it fails naming what and cond's last
+// error.
+func EventuallyErr(t testing.TB, within time.Duration, what string, cond func() error) {
+	t.Helper()
+	if err := Poll(context.Background(), within, PollEvery, cond); err != nil {
+		t.Fatalf("timed out after %s waiting for %s: %v", within, what, err)
+	}
+}
+
+// Poll calls cond every `every` until it returns nil, within passes or ctx
+// is done: it returns nil once cond held, else cond's last error. It is
+// the wait under Eventually, for callers that report the failure
+// themselves (a helper that returns an error or a value, a harness
+// without a testing.TB) or whose condition costs (a process started, a
+// request) and is polled less often than PollEvery. cond runs at least
+// once.
+func Poll(ctx context.Context, within, every time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(every) // polling interval
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 }
 

@@ -176,15 +176,8 @@ func (e Entry) Body(seq uint64) []byte {
 	if e.AtText != "" {
 		atJSON, _ = json.Marshal(e.AtText)
 	}
-	// The envelope of events.Encode, field for field.
-	env := struct {
-		V      int             `json:"v"`
-		Term   uint64          `json:"term"`
-		Writer string          `json:"writer"`
-		At     json.RawMessage `json:"at"`
-		Type   string          `json:"type"`
-		Data   json.RawMessage `json:"data"`
-	}{events.Version, e.Term, e.Writer, atJSON, e.Type, e.Data}
+	// The envelope of events.Encode, its at as written.
+	env := events.EnvelopeOf[json.RawMessage]{V: events.Version, Term: e.Term, Writer: e.Writer, At: atJSON, Type: e.Type, Data: e.Data}
 	b, err := json.Marshal(env)
 	if err != nil { // Data was checked to be valid JSON
 		return fmt.Appendf(nil, "unencodable script line: %v", err)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -26,17 +27,6 @@ const (
 	foldPasses = 3
 	foldMax    = 50
 )
-
-// plainEnvelope is the floor of decoding: encoding/json into the envelope,
-// the data left undecoded (as in projections' BenchmarkJSONUnmarshal).
-type plainEnvelope struct {
-	V      int             `json:"v"`
-	Term   uint64          `json:"term"`
-	Writer string          `json:"writer"`
-	At     time.Time       `json:"at"`
-	Type   string          `json:"type"`
-	Data   json.RawMessage `json:"data"`
-}
 
 // rates runs the passes interleaved and returns each one's median rate in
 // events per second.
@@ -95,7 +85,9 @@ func (r *run) fold(ctx context.Context) error {
 	var applied, decoded *projections.State
 	plain := func() error {
 		for _, b := range w.bodies {
-			var env plainEnvelope
+			// The floor of decoding: encoding/json into the envelope, the
+			// data left undecoded (as in projections' BenchmarkJSONUnmarshal).
+			var env events.Envelope
 			if err := json.Unmarshal(b, &env); err != nil {
 				return err
 			}
