@@ -135,14 +135,8 @@ var faultTable = []faultKind{
 	},
 	{
 		fault: PartitionMetaLeader, partition: true,
-		draw: func(d drawer, cfg Config, st *Step) { st.Hold = d.between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease) },
-		aim: func(ctx context.Context, r *Runner, st Step) victim {
-			v := aimMetaLeader(ctx, r, st)
-			if v.p != nil {
-				v.what, v.peers = "meta leader "+v.p.Name, procNames(r.C.NATS)
-			}
-			return v
-		},
+		draw:     func(d drawer, cfg Config, st *Step) { st.Hold = d.between(cfg.Lease+cfg.Lease/2, 3*cfg.Lease) },
+		aim:      cutFrom(aimMetaLeader, natsNodes),
 		inject:   cut,
 		hold:     watchCutLeader,
 		heal:     uncut,
@@ -154,11 +148,7 @@ var faultTable = []faultKind{
 			st.Target = d.r.IntN(cfg.Stores)
 			st.Hold = d.between(cfg.StoreTimeout/2, 3*cfg.StoreTimeout)
 		},
-		aim: func(ctx context.Context, r *Runner, st Step) victim {
-			v := aimStore(ctx, r, st)
-			v.peers = procNames(r.C.NATS)
-			return v
-		},
+		aim:      cutFrom(aimStore, natsNodes),
 		inject:   cut,
 		heal:     uncut,
 		recovery: "no replica replaced while the store was cut survives the heal as a zombie, and every shard is at full replicas",
@@ -169,11 +159,7 @@ var faultTable = []faultKind{
 			st.Target = d.r.IntN(cfg.Stores)
 			st.Hold = d.between(time.Second, 6*time.Second)
 		},
-		aim: func(ctx context.Context, r *Runner, st Step) victim {
-			v := aimStore(ctx, r, st)
-			v.peers = procNames(slices.DeleteFunc(slices.Clone(r.C.Stores), func(o *Proc) bool { return o == v.p }))
-			return v
-		},
+		aim:      cutFrom(aimStore, func(r *Runner, p *Proc) []string { return others(r.C.Stores, p) }),
 		inject:   cut,
 		heal:     uncut,
 		recovery: "the store's replicas catch up with their peers, and every shard is at full replicas",
@@ -186,16 +172,13 @@ var faultTable = []faultKind{
 			}
 			st.Hold = d.between(time.Second, 6*time.Second)
 		},
-		aim: func(ctx context.Context, r *Runner, st Step) victim {
-			v := aimNATS(ctx, r, st)
+		aim: cutFrom(aimNATS, func(r *Runner, p *Proc) []string {
 			if len(r.C.NATS) > 1 {
-				v.peers = procNames(slices.DeleteFunc(slices.Clone(r.C.NATS), func(o *Proc) bool { return o == v.p }))
-			} else {
-				// The only server: cut from every role at once.
-				v.peers = append(append(procNames(r.C.Metas), procNames(r.C.Stores)...), ClientNode)
+				return others(r.C.NATS, p)
 			}
-			return v
-		},
+			// The only server: cut from every role at once.
+			return append(append(procNames(r.C.Metas), procNames(r.C.Stores)...), ClientNode)
+		}),
 		inject:   cut,
 		heal:     uncut,
 		recovery: "every role is connected again and status reads the stream",
@@ -260,7 +243,30 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 }
 
 func aimMetaLeader(ctx context.Context, r *Runner, _ Step) victim {
-	return victim{p: r.leader(ctx), skip: "no meta leader found"}
+	v := victim{p: r.leader(ctx), skip: "no meta leader found"}
+	if v.p != nil {
+		v.what = "meta leader " + v.p.Name
+	}
+	return v
+}
+
+// cutFrom aims as aim does, and cuts the victim from peers(r, victim).
+func cutFrom(aim func(context.Context, *Runner, Step) victim, peers func(r *Runner, p *Proc) []string) func(context.Context, *Runner, Step) victim {
+	return func(ctx context.Context, r *Runner, st Step) victim {
+		v := aim(ctx, r, st)
+		if v.p != nil {
+			v.peers = peers(r, v.p)
+		}
+		return v
+	}
+}
+
+// natsNodes is every NATS node: the peers of a victim cut from NATS.
+func natsNodes(r *Runner, _ *Proc) []string { return procNames(r.C.NATS) }
+
+// others names the procs of ps but p.
+func others(ps []*Proc, p *Proc) []string {
+	return procNames(slices.DeleteFunc(slices.Clone(ps), func(o *Proc) bool { return o == p }))
 }
 
 func aimStore(_ context.Context, r *Runner, st Step) victim {

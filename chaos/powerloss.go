@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,19 +109,7 @@ func (r *Registrar) Failures() map[string]int {
 
 // Burst runs conc registrants until ctx ends and waits for them.
 func (r *Registrar) Burst(ctx context.Context, conc int) {
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if _, err := r.Register(ctx, 2*time.Second); err != nil {
-					sleepCtx(ctx, 50*time.Millisecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	r.BurstN(ctx, conc, math.MaxInt)
 }
 
 // BurstN runs conc registrants until n more registrations were

@@ -4,6 +4,7 @@
 package projections
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -315,32 +316,26 @@ func (s *State) WorkerByIncarnation(inc string) (Worker, bool) {
 // ListWorkers returns copies of the active workers ordered by id. It reads
 // only the projection and cannot fail.
 func (s *State) ListWorkers() []Worker {
-	out := make([]Worker, 0, len(s.Workers))
-	for _, id := range sortedKeys(s.Workers) {
-		if w := s.Workers[id]; w != nil {
-			out = append(out, *w)
-		}
-	}
-	return out
+	return sortedCopies(s.Workers, func(w *Worker) Worker { return *w })
 }
 
 // ListStores returns copies of the stores ordered by id.
 func (s *State) ListStores() []Store {
-	out := make([]Store, 0, len(s.Stores))
-	for _, id := range sortedKeys(s.Stores) {
-		if st := s.Stores[id]; st != nil {
-			out = append(out, *st)
-		}
-	}
-	return out
+	return sortedCopies(s.Stores, func(st *Store) Store { return *st })
 }
 
 // ListShards returns deep copies of the shards ordered by id.
 func (s *State) ListShards() []Shard {
-	out := make([]Shard, 0, len(s.Shards))
-	for _, id := range sortedKeys(s.Shards) {
-		if sh := s.Shards[id]; sh != nil {
-			out = append(out, *sh.clone())
+	return sortedCopies(s.Shards, func(sh *Shard) Shard { return *sh.clone() })
+}
+
+// sortedCopies returns cp of each value of m that is not nil, ordered by
+// key.
+func sortedCopies[K cmp.Ordered, V any](m map[K]*V, cp func(*V) V) []V {
+	out := make([]V, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		if v := m[k]; v != nil {
+			out = append(out, cp(v))
 		}
 	}
 	return out

@@ -384,3 +384,29 @@ func TestStaleMountSwept(t *testing.T) {
 		t.Fatalf("%s is still mounted after the sweep", mnt)
 	}
 }
+
+// Unlink and rmdir refuse what they do not remove as a disk does: unlink
+// of a directory, rmdir of a file or of a directory that is not empty.
+// Nothing is removed.
+func TestRemoveRefusals(t *testing.T) {
+	f := Mount(t, Options{})
+	dir, file := filepath.Join(f.Mountpoint, "d"), filepath.Join(f.Mountpoint, "d", "f")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, file, "x", false)
+	for _, c := range []struct {
+		what string
+		err  error
+		want syscall.Errno
+	}{
+		{"unlink of a directory", syscall.Unlink(dir), syscall.EISDIR},
+		{"rmdir of a file", syscall.Rmdir(file), syscall.ENOTDIR},
+		{"rmdir of a directory that is not empty", syscall.Rmdir(dir), syscall.ENOTEMPTY},
+	} {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: %v, want %v", c.what, c.err, c.want)
+		}
+	}
+	want(t, file, "x", true)
+}

@@ -117,37 +117,27 @@ func (n *node) named(k kind, name string) {
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !n.lock() {
-		return nil, syscall.EIO
-	}
-	defer n.f.mu.Unlock()
-	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
-	if errno == 0 {
-		n.named(kMkdir, name)
-	}
-	return ch, errno
+	return n.makeEntry(kMkdir, name, func() (*gofs.Inode, syscall.Errno) { return n.LoopbackNode.Mkdir(ctx, name, mode, out) })
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if !n.lock() {
-		return nil, syscall.EIO
-	}
-	defer n.f.mu.Unlock()
-	ch, errno := n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
-	if errno == 0 {
-		n.named(kCreate, name)
-	}
-	return ch, errno
+	return n.makeEntry(kCreate, name, func() (*gofs.Inode, syscall.Errno) { return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out) })
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return n.makeEntry(kCreate, name, func() (*gofs.Inode, syscall.Errno) { return n.LoopbackNode.Symlink(ctx, target, name, out) })
+}
+
+// makeEntry runs the loopback's making of name (do) under f.mu and records it
+// as k when it succeeds.
+func (n *node) makeEntry(k kind, name string, do func() (*gofs.Inode, syscall.Errno)) (*gofs.Inode, syscall.Errno) {
 	if !n.lock() {
 		return nil, syscall.EIO
 	}
 	defer n.f.mu.Unlock()
-	ch, errno := n.LoopbackNode.Symlink(ctx, target, name, out)
+	ch, errno := do()
 	if errno == 0 {
-		n.named(kCreate, name)
+		n.named(k, name)
 	}
 	return ch, errno
 }
@@ -164,28 +154,17 @@ func (n *node) CopyFileRange(context.Context, gofs.FileHandle, uint64, *gofs.Ino
 }
 
 func (n *node) Unlink(_ context.Context, name string) syscall.Errno {
-	if !n.lock() {
-		return syscall.EIO
-	}
-	f := n.f
-	defer f.mu.Unlock()
-	rel := filepath.Join(n.rel(), name)
-	st, ok := lstat(f.abs(rel))
-	if !ok {
-		return syscall.ENOENT
-	}
-	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		return syscall.EISDIR
-	}
-	trash, err := f.toTrash(rel)
-	if err != nil {
-		return gofs.ToErrno(err)
-	}
-	f.record(&entry{k: kUnlink, ino: st.Ino, dir: n.ino(), path: rel, trash: trash})
-	return 0
+	return n.remove(name, false)
 }
 
 func (n *node) Rmdir(_ context.Context, name string) syscall.Errno {
+	return n.remove(name, true)
+}
+
+// remove unlinks the file name (dir false) or removes the empty directory
+// name (dir true). Either goes into the trash, so its inode number is not
+// reused while the removal may still be undone.
+func (n *node) remove(name string, dir bool) syscall.Errno {
 	if !n.lock() {
 		return syscall.EIO
 	}
@@ -196,21 +175,27 @@ func (n *node) Rmdir(_ context.Context, name string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+	isDir := st.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	switch {
+	case isDir && !dir:
+		return syscall.EISDIR
+	case !isDir && dir:
 		return syscall.ENOTDIR
 	}
-	if ents, err := os.ReadDir(f.abs(rel)); err != nil {
-		return gofs.ToErrno(err)
-	} else if len(ents) > 0 {
-		return syscall.ENOTEMPTY
+	k := kUnlink
+	if dir {
+		k = kRmdir
+		if ents, err := os.ReadDir(f.abs(rel)); err != nil {
+			return gofs.ToErrno(err)
+		} else if len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
 	}
-	// Into the trash like an unlinked file, so its inode number is not
-	// reused while the removal may still be undone.
 	trash, err := f.toTrash(rel)
 	if err != nil {
 		return gofs.ToErrno(err)
 	}
-	f.record(&entry{k: kRmdir, ino: st.Ino, dir: n.ino(), path: rel, trash: trash})
+	f.record(&entry{k: k, ino: st.Ino, dir: n.ino(), path: rel, trash: trash})
 	return 0
 }
 
