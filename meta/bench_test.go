@@ -93,7 +93,7 @@ func benchRef(b *testing.B, i int) []byte {
 func BenchmarkRegisterRPC(b *testing.B) {
 	for _, w := range benchSizes {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			l := benchLeaderWith(b, w)
+			l := newRPCServer(benchLeaderWith(b, w))
 			reqs := make([][]byte, b.N)
 			for i := range b.N {
 				reqs[i], _ = json.Marshal(client.RegisterRequest{Incarnation: benchIncarnation(w + i), Endpoint: benchEndpoint(w + i), Kind: "compute", Parallelism: 4})
@@ -116,7 +116,7 @@ func BenchmarkRegisterRPC(b *testing.B) {
 func BenchmarkHeartbeatRPC(b *testing.B) {
 	for _, w := range benchSizes[1:] {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			l := benchLeaderWith(b, w)
+			l := newRPCServer(benchLeaderWith(b, w))
 			reqs := make([][]byte, w)
 			for i := range w {
 				reqs[i] = benchRef(b, i)

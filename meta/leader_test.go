@@ -35,11 +35,26 @@ type testLeader struct {
 	lost   chan string
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	rpcOnce sync.Once
+	rpc     *rpcServer
+}
+
+// rpcs is the term's RPC server, made at its first use (after startTerm:
+// its replies name the term).
+func (tl *testLeader) rpcs() *rpcServer {
+	tl.rpcOnce.Do(func() { tl.rpc = newRPCServer(tl.leaderSession) })
+	return tl.rpc
+}
+
+// handle answers one request as the term's RPC table says.
+func (tl *testLeader) handle(ctx context.Context, rpc string, data []byte) client.Reply {
+	return tl.rpcs().handle(ctx, rpc, data)
 }
 
 // newTestLeader is a leader session under the lease revision lease; its
 // startTerm starts the term after the projected one.
-func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, lease uint64, opts ...func(*Config)) *testLeader {
+func newTestLeader(t testing.TB, id string, log events.Log, clk *clock.Manual, lease uint64, opts ...func(*Config)) *testLeader {
 	t.Helper()
 	cfg := Config{ID: id, Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
 		WorkerTimeout: 10 * time.Second, Logger: zerolog.Nop()}
@@ -338,7 +353,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	}
 	serveCtx, stopServing := context.WithCancel(ctx)
 	l.wg.Add(1)
-	go func() { defer l.wg.Done(); l.serveRPC(serveCtx) }()
+	go func() { defer l.wg.Done(); l.rpcs().serve(serveCtx) }()
 	t.Cleanup(stopServing)
 
 	caller, err := nats.Connect(url, nats.NoReconnect())
@@ -497,7 +512,7 @@ func TestDeposedHolderCannotStartATerm(t *testing.T) {
 func advance(clk *clock.Manual, d time.Duration, ls ...*testLeader) {
 	clk.Advance(d)
 	for _, l := range ls {
-		l.renewed.Store(clk.Now())
+		l.leaseKeeper.renewed.Store(clk.Now())
 	}
 }
 
@@ -557,7 +572,7 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})
-	go func() { defer close(served); tl.serveRPC(ctx) }()
+	go func() { defer close(served); tl.rpcs().serve(ctx) }()
 	defer func() { cancel(); <-served }()
 	testkit.Eventually(t, 10*time.Second, "the RPC subscription", func() bool {
 		m, err := clientNC.Request(client.RPCSubject("q", "nope"), nil, 200*time.Millisecond)
@@ -583,7 +598,7 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d requests queued behind the held handlers", extra), func() bool {
-		return tl.queued.Load() >= extra
+		return tl.rpcs().queued.Load() >= extra
 	})
 	if len(replies) != 0 {
 		t.Fatalf("%d replies while every append was held", len(replies))
@@ -616,7 +631,7 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 		t.Fatalf("replies by code %v, want %d, at least %d of them %s and the rest ok", got, n, extra, client.CodeNotLeader)
 	}
 	t.Logf("replies by code: %v", got)
-	if q := tl.queued.Load(); q != 0 {
+	if q := tl.rpcs().queued.Load(); q != 0 {
 		t.Fatalf("%d requests still counted as queued", q)
 	}
 }
