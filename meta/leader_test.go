@@ -560,7 +560,10 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 	defer clientNC.Close()
 	log := newGateLog(events.NewMemLog())
 	clk := clock.NewManual(t0)
-	tl := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) { c.NC, c.Cluster = leaderNC, "q" })
+	tl := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) {
+		// The held append is not given up (and retried) while the test looks.
+		c.NC, c.Cluster, c.AppendTimeout = leaderNC, "q", time.Minute
+	})
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -568,12 +571,13 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 	log.mu.Lock()
 	log.hold[log.n+1] = hold // the first registration group's append waits
 	log.mu.Unlock()
-	defer close(hold)
+	release := sync.OnceFunc(func() { close(hold) })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})
 	go func() { defer close(served); tl.rpcs().serve(ctx) }()
 	defer func() { cancel(); <-served }()
+	defer release() // first: the served wait joins the handler of the held append
 	testkit.Eventually(t, 10*time.Second, "the RPC subscription", func() bool {
 		m, err := clientNC.Request(client.RPCSubject("q", "nope"), nil, 200*time.Millisecond)
 		return err == nil && strings.Contains(string(m.Data), client.CodeBadRequest)
@@ -603,8 +607,21 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 	if len(replies) != 0 {
 		t.Fatalf("%d replies while every append was held", len(replies))
 	}
+	// A heartbeat is answered from memory, on a queue of its own: not
+	// behind the held appends (the expiry must not decide on deadlines
+	// whose renewals wait there).
+	hb, _ := json.Marshal(client.WorkerRef{ID: 1 << 40, Epoch: 2, Incarnation: "w0"})
+	m, err := clientNC.Request(client.RPCSubject("q", client.RPCHeartbeat), hb, 5*time.Second)
+	if err != nil {
+		t.Fatalf("heartbeat while every append handler is held: %v (it waited behind the appends)", err)
+	}
+	var hbRep client.Reply
+	if err := json.Unmarshal(m.Data, &hbRep); err != nil || hbRep.Error == nil || hbRep.Error.Code != client.CodeReregister || hbRep.Term != 1 {
+		t.Fatalf("heartbeat of an unknown worker: %s (%v), want %s in term 1", m.Data, err, client.CodeReregister)
+	}
 
-	cancel() // the term ends
+	cancel()  // the term ends
+	release() // the group in flight may now commit (within the lease)
 	<-served
 	got := map[string]int{}
 	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("a reply to each of the %d requests", n), func() bool {

@@ -177,7 +177,7 @@ func TestWatchdogEndsTermWhileRenewalHangs(t *testing.T) {
 		if clk.Now().Sub(t0) > 2*lease {
 			t.Fatalf("still leading at +%s with the renewal hanging since +%s (limit +%s)", clk.Now().Sub(t0), lease/3, lease*2/3)
 		}
-		testkit.Eventually(t, 5*time.Second, "the keeper's loops waiting on the clock or in the renewal", func() bool {
+		testkit.Eventually(t, 5*time.Second, "the watchdog waiting on the clock (and the renewal loop, until it hangs in Renew)", func() bool {
 			select {
 			case why = <-l.lost:
 				lostAt = clk.Now()
