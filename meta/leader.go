@@ -51,6 +51,7 @@ type leaderSession struct {
 	live   *liveness
 	recov  recoveryState
 	sched  *schedState
+	// Embedded: l.mayAppend and l.leaseFresh are the keeper's checks.
 	*leaseKeeper
 }
 
