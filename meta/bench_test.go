@@ -45,8 +45,10 @@ func benchLeaderWith(b *testing.B, workers int) *leaderSession {
 		add(events.WorkerActivated{ID: uint64(i + 1), Epoch: uint64(i + 2)})
 	}
 	clk := clock.Real{}
-	r, err := New(Config{ID: "meta-1", Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
-		WorkerTimeout: time.Hour, Logger: zerolog.Nop()})
+	// A lease of an hour, not renewed: a run of the default lease (3 s)
+	// finds it stale after 2 s and appends nothing.
+	r, err := New(Config{ID: "meta-1", Log: log, Lease: NewMemLeaseStore(clk, time.Hour).Handle(), Clock: clk,
+		LeaseTTL: time.Hour, WorkerTimeout: time.Hour, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func benchRef(b *testing.B, i int) []byte {
 func BenchmarkRegisterRPC(b *testing.B) {
 	for _, w := range benchSizes {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			l := benchLeaderWith(b, w)
+			l := newRPCServer(benchLeaderWith(b, w))
 			reqs := make([][]byte, b.N)
 			for i := range b.N {
 				reqs[i], _ = json.Marshal(client.RegisterRequest{Incarnation: benchIncarnation(w + i), Endpoint: benchEndpoint(w + i), Kind: "compute", Parallelism: 4})
@@ -116,7 +118,7 @@ func BenchmarkRegisterRPC(b *testing.B) {
 func BenchmarkHeartbeatRPC(b *testing.B) {
 	for _, w := range benchSizes[1:] {
 		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			l := benchLeaderWith(b, w)
+			l := newRPCServer(benchLeaderWith(b, w))
 			reqs := make([][]byte, w)
 			for i := range w {
 				reqs[i] = benchRef(b, i)

@@ -2,15 +2,9 @@ package meta
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events"
@@ -40,8 +34,11 @@ var ErrDisconnected = errors.New("NATS connection down")
 //   - recov (recoveryState): the barrier recovery, behind its own mutex;
 //     the control loop writes it, status reads copies.
 //   - sched: the stores' reports and the last health, behind its own mutex.
+//   - leaseKeeper: the lease's renewal and its age (leasekeeper.go); the
+//     session asks it before acting (mayAppend, leaseFresh).
 //
-// The other fields never change after newLeaderSession.
+// The term's RPCs are served by an rpcServer (rpc.go) over the table of
+// leaderRPCs. The other fields never change after newLeaderSession.
 type leaderSession struct {
 	r      *Replica
 	ctx    context.Context // the term's: done when the term ends
@@ -50,13 +47,12 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
-	commit       *committer
-	live         *liveness
-	recov        recoveryState
-	sched        *schedState
-	renewed      atomicTime   // when the last successful renewal was sent (renewLoop writes it; the watchdog and leaseFresh read it)
-	staleCounted atomic.Bool  // leaseFresh counted its refusal for this term
-	queued       atomic.Int64 // RPCs waiting for a handler (serveRPC)
+	commit *committer
+	live   *liveness
+	recov  recoveryState
+	sched  *schedState
+	// Embedded: l.mayAppend and l.leaseFresh are the keeper's checks.
+	*leaseKeeper
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -71,7 +67,7 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
 			Msg("NATS connection is back: every worker gets a fresh full timeout")
 	})
-	l.renewed.Store(r.cfg.Clock.Now()) // the lease was just taken
+	l.leaseKeeper = newLeaseKeeper(r, l.logger, lose) // the lease was just taken
 	l.commit = newLeaderCommitter(l)
 	return l
 }
@@ -80,98 +76,6 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 func (l *leaderSession) mutate(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) error {
 	_, err := l.commit.Submit(ctx, fp, decide)
 	return err
-}
-
-// renewLoop renews the lease lease/3 after the last renewal that was
-// stored. A renewal that goes unanswered or fails without losing the lease
-// (a NATS node lost, its lease bucket electing a leader) is asked again
-// until it succeeds or the watchdog's limit (lease*2/3 after the last
-// stored renewal) passes: one unanswered request does not end the term,
-// and nothing extends it past the limit.
-func (l *leaderSession) renewLoop(ctx context.Context, last *atomicTime) {
-	cfg := &l.r.cfg
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-cfg.Clock.After(last.Load().Add(cfg.LeaseTTL / 3).Sub(cfg.Clock.Now())):
-		}
-		if err := cfg.Failpoints.Hit(ctx, FPBeforeRenewal); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			l.lose(fmt.Sprintf("renewal: %v", err))
-			return
-		}
-		// The lease runs from when the renewal was sent, not from when
-		// its answer came back; after retries, from when its first attempt
-		// was sent (a retry answered as a duplicate stored that one).
-		sent := cfg.Clock.Now()
-		if err := l.renew(ctx, last.Load()); err != nil {
-			if ctx.Err() == nil {
-				l.lose(fmt.Sprintf("renewal failed: %v", err))
-			}
-			return
-		}
-		last.Store(sent)
-	}
-}
-
-// renewRetryMax caps the pause between a renewal's attempts.
-const renewRetryMax = 250 * time.Millisecond
-
-// renew is one renewal: attempts until one succeeds, the lease is lost,
-// or lease*2/3 has passed since last (the last stored renewal); each
-// attempt is bounded by lease/3 and by that limit.
-func (l *leaderSession) renew(ctx context.Context, last time.Time) error {
-	cfg := &l.r.cfg
-	deadline := last.Add(cfg.LeaseTTL * 2 / 3)
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		left := deadline.Sub(cfg.Clock.Now())
-		if left <= 0 {
-			return fmt.Errorf("no renewal within %s of the last one (%d attempts)", cfg.LeaseTTL*2/3, attempt-1)
-		}
-		rctx, cancel := context.WithTimeout(ctx, min(cfg.LeaseTTL/3, left))
-		err := cfg.Lease.Renew(rctx)
-		cancel()
-		if err == nil {
-			if attempt > 1 {
-				l.logger.Info().Int("attempts", attempt).Msg("lease renewed after asking again")
-			}
-			return nil
-		}
-		if errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
-			return err
-		}
-		if attempt == 1 {
-			l.logger.Warn().Err(err).Dur("left", left.Round(time.Millisecond)).Msg("lease renewal unanswered; asking again within the lease")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-cfg.Clock.After(min(backoff, max(deadline.Sub(cfg.Clock.Now()), 0))):
-		}
-		backoff = min(2*backoff, renewRetryMax)
-	}
-}
-
-// watchdog ends the term when lease*2/3 passes without a renewal, whatever
-// the renewal call is doing.
-func (l *leaderSession) watchdog(ctx context.Context, last *atomicTime) {
-	cfg := &l.r.cfg
-	limit := cfg.LeaseTTL * 2 / 3
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-cfg.Clock.After(cfg.LeaseTTL / 12):
-		}
-		if since := cfg.Clock.Now().Sub(last.Load()); since > limit {
-			l.lose(fmt.Sprintf("no lease renewal for %s (limit %s)", since.Round(time.Millisecond), limit))
-			return
-		}
-	}
 }
 
 // startTerm projects to the tail, chooses the term after the projected one
@@ -247,43 +151,6 @@ func (l *leaderSession) onFenced(ctx context.Context, err error) {
 	}
 }
 
-// mayAppend is checked before every append is sent. It fails with
-// ErrDisconnected while the RPC connection (which the log shares) is not
-// connected, and as leaseFresh says once the lease is too old. nats.go does not refuse a publish made while
-// it reconnects: it buffers it and sends it once the server is back,
-// possibly long after the decision, on a view the outage made stale (a
-// worker expired because its heartbeats could not arrive). So the leader
-// never hands the client an append then.
-func (l *leaderSession) mayAppend() error {
-	nc := l.r.cfg.NC
-	if nc != nil && !nc.IsConnected() {
-		return fmt.Errorf("%w (%s)", ErrDisconnected, nc.Status())
-	}
-	if l.r.leaving.Load() {
-		return fmt.Errorf("%w (its NATS server is stopping: lame duck)", ErrDisconnected)
-	}
-	return l.leaseFresh()
-}
-
-// leaseFresh fails with ErrLeaseLost, and ends the term, once the lease
-// was last renewed longer ago than the watchdog allows. The watchdog checks
-// every lease/12; a leader paused past its lease (SIGSTOP, a long GC, a
-// frozen VM: the first report) runs its goroutines again before the
-// watchdog's next tick, and without this check its first appends are
-// stopped only by the CAS. Checked before every append is sent.
-func (l *leaderSession) leaseFresh() error {
-	limit := l.r.cfg.LeaseTTL * 2 / 3
-	if since := l.r.cfg.Clock.Now().Sub(l.renewed.Load()); since > limit {
-		why := fmt.Sprintf("no lease renewal for %s (limit %s)", since.Round(time.Millisecond), limit)
-		if l.staleCounted.CompareAndSwap(false, true) {
-			l.r.stale.Add(1) // once a term: later retries and queued groups are the same refusal
-		}
-		l.lose(why)
-		return fmt.Errorf("%w: %s", ErrLeaseLost, why)
-	}
-	return nil
-}
-
 // conn is the leader's NATS connection as it is now, for the decisions.
 func (l *leaderSession) conn() decide.Conn {
 	nc := l.r.cfg.NC
@@ -291,127 +158,6 @@ func (l *leaderSession) conn() decide.Conn {
 		return decide.Conn{None: true}
 	}
 	return decide.Conn{Connected: nc.IsConnected(), Reconnects: nc.Stats().Reconnects}
-}
-
-// rpcHandlers is how many requests that may append are handled at once:
-// their mutations are decided and appended in groups (see committer), so a
-// registration burst costs one append per group, not one per worker.
-const rpcHandlers = 2048
-
-// rpcQueue is how many requests that may append wait for a handler.
-const rpcQueue = 16384
-
-// serveRPC answers RPCs while the term lasts: every subject under
-// <cluster>.rpc., so an unknown RPC gets a bad_request reply rather than no
-// responders. Requests that may append are handled by rpcHandlers
-// goroutines; heartbeats, which only touch memory, have their own goroutine
-// so they never wait behind an append (the expiry must not decide on
-// deadlines whose renewals are queued). No handler outlives the term.
-func (l *leaderSession) serveRPC(ctx context.Context) {
-	nc := l.r.cfg.NC
-	if nc == nil {
-		return
-	}
-	prefix := client.RPCSubject(l.r.cfg.Cluster, "")
-	// A registration burst of 10,000 workers fits in the request queue: a
-	// refused request costs its worker a 50 ms..1 s backoff, which made the
-	// burst's tail. Heartbeats keep a short queue: a renewal must not wait
-	// long behind others while the expiry decides.
-	reqs := make(chan *nats.Msg, rpcQueue)
-	beats := make(chan *nats.Msg, 1024)
-	ended := unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
-	var wg sync.WaitGroup
-	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
-		if ctx.Err() != nil {
-			l.respond(m, ended) // the next leader answers it: ask there now
-			return
-		}
-		dst := reqs
-		if m.Subject == prefix+client.RPCHeartbeat {
-			dst = beats
-		}
-		select {
-		case dst <- m:
-			l.queued.Add(1)
-		default:
-			l.respond(m, unavailable(errors.New("leader busy: request queue full")))
-		}
-	})
-	if err != nil {
-		l.lose(fmt.Sprintf("subscribe %s>: %v", prefix, err))
-		return
-	}
-	defer func() {
-		// The handlers are joined; what is still queued is answered "not
-		// the leader", so each client asks the next leader at once instead
-		// of waiting out its request timeout.
-		wg.Wait()
-		_ = sub.Unsubscribe()
-		for _, q := range []chan *nats.Msg{reqs, beats} {
-			for drained := false; !drained; {
-				select {
-				case m := <-q:
-					l.queued.Add(-1)
-					l.respond(m, ended)
-				default:
-					drained = true
-				}
-			}
-		}
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		l.serveQueue(ctx, prefix, beats)
-	}()
-	for range rpcHandlers - 1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l.serveQueue(ctx, prefix, reqs)
-		}()
-	}
-	l.serveQueue(ctx, prefix, reqs)
-}
-
-// serveQueue handles the requests of one queue in order until ctx is done.
-func (l *leaderSession) serveQueue(ctx context.Context, prefix string, q <-chan *nats.Msg) {
-	for {
-		if ctx.Err() != nil {
-			return // the term ended: serveRPC answers what is still queued
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-q:
-			l.queued.Add(-1)
-			l.respond(m, l.handle(ctx, strings.TrimPrefix(m.Subject, prefix), m.Data))
-		}
-	}
-}
-
-func (l *leaderSession) respond(m *nats.Msg, rep client.Reply) {
-	if m.Reply == "" {
-		return
-	}
-	rep.Term, rep.Leader = l.term, l.r.cfg.ID
-	b, _ := json.Marshal(rep)
-	_ = m.Respond(b)
-}
-
-func unavailable(err error) client.Reply {
-	code := client.CodeUnavailable
-	if errors.Is(err, ErrNotLeader) || errors.Is(err, events.ErrFenced) || errors.Is(err, context.Canceled) {
-		code = client.CodeNotLeader
-	}
-	return client.Reply{Error: &client.RPCError{Code: code, Message: err.Error()}}
-}
-
-// logForbidden logs a request refused because another incarnation
-// registered the worker.
-func (l *leaderSession) logForbidden(rpc string, ref client.WorkerRef) {
-	l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
-		Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
 }
 
 // decideRequest submits a request's pure decision and answers as it says:
@@ -433,70 +179,6 @@ func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref clien
 		l.live.renew(d.Reply.ID, d.Reply.Epoch, l.r.cfg.Clock.Now())
 	}
 	return d.Reply
-}
-
-// handle answers one RPC. It never panics on input: every request is decoded
-// and validated first.
-func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) client.Reply {
-	switch rpc {
-	case client.RPCRegister:
-		req, err := client.DecodeRegister(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		return l.register(ctx, req)
-	case client.RPCActivate, client.RPCHeartbeat, client.RPCDeregister:
-		ref, err := client.DecodeWorkerRef(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		switch rpc {
-		case client.RPCActivate:
-			return l.activate(ctx, ref)
-		case client.RPCHeartbeat:
-			return l.heartbeat(ref)
-		default:
-			return l.deregister(ctx, ref)
-		}
-	case client.RPCStoreDrain:
-		req, err := client.DecodeDrain(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		return l.storeDrain(ctx, req)
-	case client.RPCShardRecover:
-		req, err := client.DecodeRecover(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		return l.shardRecover(ctx, req)
-	case client.RPCStoreSelfDrain:
-		req, err := client.DecodeSelfDrain(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		return l.storeSelfDrain(ctx, req)
-	case client.RPCStepDown:
-		if err := client.DecodeStepDown(data); err != nil {
-			return decide.BadRequest(err)
-		}
-		l.logger.Info().Msg("step-down requested")
-		l.lose(reasonStepDown)
-		return client.Reply{}
-	case client.RPCStoreRegister:
-		req, err := client.DecodeStoreRegister(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		return l.storeRegister(ctx, req)
-	case client.RPCStoreHeartbeat:
-		hb, err := client.DecodeStoreHeartbeat(data)
-		if err != nil {
-			return decide.BadRequest(err)
-		}
-		return l.storeHeartbeat(ctx, hb)
-	}
-	return decide.BadRequest(fmt.Errorf("unknown rpc %q", rpc))
 }
 
 func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {

@@ -35,11 +35,26 @@ type testLeader struct {
 	lost   chan string
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	rpcOnce sync.Once
+	rpc     *rpcServer
+}
+
+// rpcs is the term's RPC server, made at its first use (after startTerm:
+// its replies name the term).
+func (tl *testLeader) rpcs() *rpcServer {
+	tl.rpcOnce.Do(func() { tl.rpc = newRPCServer(tl.leaderSession) })
+	return tl.rpc
+}
+
+// handle answers one request as the term's RPC table says.
+func (tl *testLeader) handle(ctx context.Context, rpc string, data []byte) client.Reply {
+	return tl.rpcs().handle(ctx, rpc, data)
 }
 
 // newTestLeader is a leader session under the lease revision lease; its
 // startTerm starts the term after the projected one.
-func newTestLeader(t *testing.T, id string, log events.Log, clk *clock.Manual, lease uint64, opts ...func(*Config)) *testLeader {
+func newTestLeader(t testing.TB, id string, log events.Log, clk *clock.Manual, lease uint64, opts ...func(*Config)) *testLeader {
 	t.Helper()
 	cfg := Config{ID: id, Log: log, Lease: NewMemLeaseStore(clk, 3*time.Second).Handle(), Clock: clk,
 		WorkerTimeout: 10 * time.Second, Logger: zerolog.Nop()}
@@ -338,46 +353,9 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	}
 	serveCtx, stopServing := context.WithCancel(ctx)
 	l.wg.Add(1)
-	go func() { defer l.wg.Done(); l.serveRPC(serveCtx) }()
+	go func() { defer l.wg.Done(); l.rpcs().serve(serveCtx) }()
 	t.Cleanup(stopServing)
-
-	caller, err := nats.Connect(url, nats.NoReconnect())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer caller.Close()
-	request := func(rpc string, req any) client.Reply {
-		t.Helper()
-		b, _ := json.Marshal(req)
-		var msg *nats.Msg
-		var err error
-		for range 100 { // until the leader's subscription is in place
-			if msg, err = caller.Request(client.RPCSubject("termlog", rpc), b, time.Second); !errors.Is(err, nats.ErrNoResponders) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", rpc, err)
-		}
-		var rep client.Reply
-		if err := json.Unmarshal(msg.Data, &rep); err != nil {
-			t.Fatalf("%s: reply %q: %v", rpc, msg.Data, err)
-		}
-		return rep
-	}
-	a := request(client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
-	if a.Error != nil || a.ID != 1 || a.Term != 1 || a.Leader != "meta-1" {
-		t.Fatalf("register over NATS: %+v", a)
-	}
-	ref := client.WorkerRef{ID: a.ID, Epoch: a.Epoch, Incarnation: "a"}
-	if rep := request(client.RPCHeartbeat, ref); rep.Error != nil {
-		t.Fatalf("heartbeat over NATS: %+v", rep)
-	}
-	if rep := request("no.such.rpc", struct{}{}); rep.Error == nil || rep.Error.Code != client.CodeBadRequest {
-		t.Fatalf("unknown rpc over NATS: %+v, want a bad_request reply", rep)
-	}
-	caller.Close()
+	checkServedOverNATS(t, url)
 
 	// NATS goes down; the worker's deadline passes while its heartbeats
 	// cannot arrive.
@@ -402,26 +380,73 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, "the connection to come back", nc.IsConnected)
-	advance(clk, time.Second, l)
-	if err := l.expireOnce(ctx); err != nil {
+	checkFreshTimeoutAfterOutage(t, l, clk)
+}
+
+// checkServedOverNATS registers worker 1 ("a") through the leader's RPC
+// server at url and heartbeats it; an unknown RPC gets a bad_request reply.
+func checkServedOverNATS(t *testing.T, url string) {
+	t.Helper()
+	caller, err := nats.Connect(url, nats.NoReconnect())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := workerList(l.r.proj.View()); got != "[1]" {
-		t.Fatalf("worker expired right after the outage: %s, want [1]", got)
+	defer caller.Close()
+	a := requestRPC(t, caller, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
+	if a.Error != nil || a.ID != 1 || a.Term != 1 || a.Leader != "meta-1" {
+		t.Fatalf("register over NATS: %+v", a)
 	}
-	advance(clk, 9*time.Second, l)
-	if err := l.expireOnce(ctx); err != nil {
-		t.Fatal(err)
+	if rep := requestRPC(t, caller, client.RPCHeartbeat, client.WorkerRef{ID: a.ID, Epoch: a.Epoch, Incarnation: "a"}); rep.Error != nil {
+		t.Fatalf("heartbeat over NATS: %+v", rep)
 	}
-	if got := workerList(l.r.proj.View()); got != "[1]" {
-		t.Fatalf("worker expired before a full timeout after the outage: %s, want [1]", got)
+	if rep := requestRPC(t, caller, "no.such.rpc", struct{}{}); rep.Error == nil || rep.Error.Code != client.CodeBadRequest {
+		t.Fatalf("unknown rpc over NATS: %+v, want a bad_request reply", rep)
 	}
-	advance(clk, 2*time.Second, l)
-	if err := l.expireOnce(ctx); err != nil {
-		t.Fatal(err)
+}
+
+// requestRPC asks rpc of cluster termlog's leader on nc, once its
+// subscription is in place.
+func requestRPC(t *testing.T, nc *nats.Conn, rpc string, req any) client.Reply {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	var msg *nats.Msg
+	var err error
+	testkit.Eventually(t, 5*time.Second, "the leader's RPC subscription", func() bool {
+		msg, err = nc.Request(client.RPCSubject("termlog", rpc), b, time.Second)
+		return !errors.Is(err, nats.ErrNoResponders)
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", rpc, err)
 	}
-	if got := workerList(l.r.proj.View()); got != "[]" {
-		t.Fatalf("silent worker not expired a full timeout after the outage: %s, want []", got)
+	var rep client.Reply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		t.Fatalf("%s: reply %q: %v", rpc, msg.Data, err)
+	}
+	return rep
+}
+
+// checkFreshTimeoutAfterOutage: once the connection is back, worker 1
+// expires only a full timeout (10 s) after the outage, not at once.
+func checkFreshTimeoutAfterOutage(t *testing.T, l *testLeader, clk *clock.Manual) {
+	t.Helper()
+	ctx := ctxT(t)
+	var since time.Duration
+	for _, step := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{time.Second, "[1]"},     // right after the outage
+		{9 * time.Second, "[1]"}, // before a full timeout after it
+		{2 * time.Second, "[]"},  // a full timeout after it: silent, expired
+	} {
+		advance(clk, step.d, l)
+		since += step.d
+		if err := l.expireOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := workerList(l.r.proj.View()); got != step.want {
+			t.Fatalf("workers %s after the outage: %s, want %s", since, got, step.want)
+		}
 	}
 }
 
@@ -497,7 +522,7 @@ func TestDeposedHolderCannotStartATerm(t *testing.T) {
 func advance(clk *clock.Manual, d time.Duration, ls ...*testLeader) {
 	clk.Advance(d)
 	for _, l := range ls {
-		l.renewed.Store(clk.Now())
+		l.leaseKeeper.renewed.Store(clk.Now())
 	}
 }
 
@@ -544,21 +569,20 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 	}
 	defer clientNC.Close()
 	log := newGateLog(events.NewMemLog())
-	clk := clock.NewManual(t0)
-	tl := newTestLeader(t, "meta-1", log, clk, 1, func(c *Config) { c.NC, c.Cluster = leaderNC, "q" })
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1, func(c *Config) {
+		// The held append is not given up (and retried) while the test looks.
+		c.NC, c.Cluster, c.AppendTimeout = leaderNC, "q", time.Minute
+	})
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	hold := make(chan struct{})
-	log.mu.Lock()
-	log.hold[log.n+1] = hold // the first registration group's append waits
-	log.mu.Unlock()
-	defer close(hold)
+	release := holdNextAppend(log) // the first registration group's append waits
 
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})
-	go func() { defer close(served); tl.serveRPC(ctx) }()
+	go func() { defer close(served); tl.rpcs().serve(ctx) }()
 	defer func() { cancel(); <-served }()
+	defer release() // first: the served wait joins the handler of the held append
 	testkit.Eventually(t, 10*time.Second, "the RPC subscription", func() bool {
 		m, err := clientNC.Request(client.RPCSubject("q", "nope"), nil, 200*time.Millisecond)
 		return err == nil && strings.Contains(string(m.Data), client.CodeBadRequest)
@@ -566,31 +590,82 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 
 	const extra = 300
 	n := rpcHandlers + extra
-	inbox := nats.NewInbox()
-	replies := make(chan *nats.Msg, n)
-	sub, err := clientNC.ChanSubscribe(inbox+".*", replies)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	for i := range n {
-		b, _ := json.Marshal(client.RegisterRequest{Incarnation: fmt.Sprint("w", i), Endpoint: fmt.Sprintf("10.0.%d.%d:7000", i/250, i%250)})
-		if err := clientNC.PublishRequest(client.RPCSubject("q", client.RPCRegister), fmt.Sprintf("%s.%d", inbox, i), b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := clientNC.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	replies := publishRegistrations(t, clientNC, "q", n)
 	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d requests queued behind the held handlers", extra), func() bool {
-		return tl.queued.Load() >= extra
+		return tl.rpcs().queued.Load() >= extra
 	})
 	if len(replies) != 0 {
 		t.Fatalf("%d replies while every append was held", len(replies))
 	}
+	checkHeartbeatNotQueued(t, clientNC, "q")
 
-	cancel() // the term ends
+	cancel()  // the term ends
+	release() // the group in flight may now be stored (under a lease still held)
 	<-served
+	got := replyCodes(t, replies, n)
+	// The requests of the group that was in flight get ok once it is
+	// stored. Every other answer is "not the leader".
+	if got[client.CodeNotLeader] < extra || got[client.CodeNotLeader]+got["ok"] != n {
+		t.Fatalf("replies by code %v, want %d, at least %d of them %s and the rest ok", got, n, extra, client.CodeNotLeader)
+	}
+	t.Logf("replies by code: %v", got)
+	if q := tl.rpcs().queued.Load(); q != 0 {
+		t.Fatalf("%d requests still counted as queued", q)
+	}
+}
+
+// holdNextAppend makes log's next append wait until release is called.
+func holdNextAppend(log *gateLog) (release func()) {
+	hold := make(chan struct{})
+	log.mu.Lock()
+	log.hold[log.n+1] = hold
+	log.mu.Unlock()
+	return sync.OnceFunc(func() { close(hold) })
+}
+
+// publishRegistrations sends n registrations of distinct workers to
+// cluster's leader on nc; their replies arrive on the channel returned.
+func publishRegistrations(t *testing.T, nc *nats.Conn, cluster string, n int) <-chan *nats.Msg {
+	t.Helper()
+	inbox := nats.NewInbox()
+	replies := make(chan *nats.Msg, n)
+	sub, err := nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	for i := range n {
+		b, _ := json.Marshal(client.RegisterRequest{Incarnation: fmt.Sprint("w", i), Endpoint: fmt.Sprintf("10.0.%d.%d:7000", i/250, i%250)})
+		if err := nc.PublishRequest(client.RPCSubject(cluster, client.RPCRegister), fmt.Sprintf("%s.%d", inbox, i), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return replies
+}
+
+// checkHeartbeatNotQueued: a heartbeat is answered from memory, on a queue
+// of its own, not behind the appends held (the expiry must not decide on
+// deadlines whose renewals wait there).
+func checkHeartbeatNotQueued(t *testing.T, nc *nats.Conn, cluster string) {
+	t.Helper()
+	hb, _ := json.Marshal(client.WorkerRef{ID: 1 << 40, Epoch: 2, Incarnation: "w0"})
+	m, err := nc.Request(client.RPCSubject(cluster, client.RPCHeartbeat), hb, 5*time.Second)
+	if err != nil {
+		t.Fatalf("heartbeat while every append handler is held: %v (it waited behind the appends)", err)
+	}
+	var rep client.Reply
+	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Error == nil || rep.Error.Code != client.CodeReregister || rep.Term != 1 {
+		t.Fatalf("heartbeat of an unknown worker: %s (%v), want %s in term 1", m.Data, err, client.CodeReregister)
+	}
+}
+
+// replyCodes waits for n replies and counts them by error code ("ok": no
+// error).
+func replyCodes(t *testing.T, replies <-chan *nats.Msg, n int) map[string]int {
+	t.Helper()
 	got := map[string]int{}
 	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("a reply to each of the %d requests", n), func() bool {
 		for {
@@ -605,20 +680,11 @@ func TestQueuedRPCsAnsweredAtTermEnd(t *testing.T) {
 				}
 				got[code]++
 			default:
-				return len(replies) == 0 && sum(got) == n
+				return sum(got) == n
 			}
 		}
 	})
-	// A group whose append was in flight may still commit (its retry
-	// carries the same message ids, under a lease still held): those get
-	// ok. Every other answer is "not the leader".
-	if got[client.CodeNotLeader] < extra || got[client.CodeNotLeader]+got["ok"] != n {
-		t.Fatalf("replies by code %v, want %d, at least %d of them %s and the rest ok", got, n, extra, client.CodeNotLeader)
-	}
-	t.Logf("replies by code: %v", got)
-	if q := tl.queued.Load(); q != 0 {
-		t.Fatalf("%d requests still counted as queued", q)
-	}
+	return got
 }
 
 func sum(m map[string]int) int {

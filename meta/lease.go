@@ -156,7 +156,7 @@ func (l *KVLease) Acquire(ctx context.Context, holder string) (uint64, error) {
 // answers the retry as a duplicate with the first one's revision instead
 // of refusing it for its stale expected revision (which would lose a lease
 // that was renewed). The caller must date a renewal that succeeded after a
-// retry from its first attempt (see leaderSession.renew): a duplicate's
+// retry from its first attempt (see leaseKeeper.renew): a duplicate's
 // stored message is the first attempt's.
 func (l *KVLease) Renew(ctx context.Context) error {
 	l.mu.Lock()

@@ -31,73 +31,96 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Replica, error) {
 	if nc == nil {
 		return nil, errors.New("meta: Open needs a NATS connection")
 	}
-	if cfg.ID == "" {
-		return nil, errors.New("meta: replica needs an ID")
+	if err := cfg.defaultIdentity(); err != nil {
+		return nil, err
 	}
-	if cfg.Cluster == "" {
-		cfg.Cluster = "termlog"
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 3 * time.Second
-	}
-	replicas := max(cfg.Replicas, 1)
-	wait := cfg.Wait
-	if wait == nil {
-		wait = func(ctx context.Context, _ string, open func(context.Context) error) error { return open(ctx) }
-	}
-	cfg.NC = nc
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	var stream *natslog.Log
-	if cfg.Log == nil {
-		if err := wait(ctx, "the event stream "+natslog.StreamName(cfg.Cluster), func(ctx context.Context) error {
-			stream, err = natslog.Open(ctx, nc, natslog.Config{Cluster: cfg.Cluster, Replicas: cfg.Replicas})
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		cfg.Log = stream
+	cfg.NC = nc
+	o := opener{nc: nc, js: js, cfg: &cfg, replicas: max(cfg.Replicas, 1), wait: cfg.Wait}
+	if o.wait == nil {
+		o.wait = func(ctx context.Context, _ string, open func(context.Context) error) error { return open(ctx) }
 	}
-	if cfg.Lease == nil {
-		var lease *KVLease
-		if err := wait(ctx, "the lease bucket "+LeaseBucket(cfg.Cluster), func(ctx context.Context) error {
-			lease, err = OpenKVLease(ctx, js, cfg.Cluster, cfg.LeaseTTL, replicas)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		cfg.Lease = lease
-	}
-	if cfg.Snapshots == nil && cfg.SnapshotEvery != 0 {
-		// The bucket is next to the stream the replica reads: the one
-		// opened here, or the one the caller's Log wraps.
-		l, ok := cfg.Log.(*natslog.Log)
-		if stream != nil {
-			l, ok = stream, true
-		}
-		if !ok {
-			return nil, errors.New("meta: Open makes the snapshot bucket next to a *natslog.Log; give Snapshots with another Log")
-		}
-		var snaps *natslog.Snapshots
-		if err := wait(ctx, "the snapshot bucket "+natslog.SnapshotBucket(cfg.Cluster), func(ctx context.Context) error {
-			snaps, err = natslog.OpenSnapshots(ctx, l)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		cfg.Snapshots = snaps
-	}
-	if cfg.Health == nil && !cfg.NoHealth {
-		if err := wait(ctx, "the health bucket "+HealthBucket(cfg.Cluster), func(ctx context.Context) error {
-			cfg.Health, err = OpenHealthKV(ctx, js, cfg.Cluster, replicas)
-			return err
-		}); err != nil {
+	for _, step := range []func(context.Context) error{o.log, o.lease, o.snapshots, o.health} {
+		if err := step(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return New(cfg)
+}
+
+// opener opens, on one NATS connection, the parts of a replica its Config
+// leaves nil; each step runs through wait.
+type opener struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      *Config
+	replicas int
+	wait     func(ctx context.Context, what string, open func(context.Context) error) error
+}
+
+// log opens the cluster's event stream, unless cfg has a Log.
+func (o opener) log(ctx context.Context) error {
+	if o.cfg.Log != nil {
+		return nil
+	}
+	return o.wait(ctx, "the event stream "+natslog.StreamName(o.cfg.Cluster), func(ctx context.Context) error {
+		stream, err := natslog.Open(ctx, o.nc, natslog.Config{Cluster: o.cfg.Cluster, Replicas: o.cfg.Replicas})
+		if err == nil {
+			o.cfg.Log = stream
+		}
+		return err
+	})
+}
+
+// lease opens the lease bucket, unless cfg has a Lease.
+func (o opener) lease(ctx context.Context) error {
+	if o.cfg.Lease != nil {
+		return nil
+	}
+	return o.wait(ctx, "the lease bucket "+LeaseBucket(o.cfg.Cluster), func(ctx context.Context) error {
+		lease, err := OpenKVLease(ctx, o.js, o.cfg.Cluster, o.cfg.LeaseTTL, o.replicas)
+		if err == nil {
+			o.cfg.Lease = lease
+		}
+		return err
+	})
+}
+
+// snapshots opens the snapshot bucket next to the stream the replica reads
+// (the one opened here, or the one the caller's Log is), unless cfg has
+// Snapshots or asks for none.
+func (o opener) snapshots(ctx context.Context) error {
+	if o.cfg.Snapshots != nil || o.cfg.SnapshotEvery == 0 {
+		return nil
+	}
+	l, ok := o.cfg.Log.(*natslog.Log)
+	if !ok {
+		return errors.New("meta: Open makes the snapshot bucket next to a *natslog.Log; give Snapshots with another Log")
+	}
+	return o.wait(ctx, "the snapshot bucket "+natslog.SnapshotBucket(o.cfg.Cluster), func(ctx context.Context) error {
+		snaps, err := natslog.OpenSnapshots(ctx, l)
+		if err == nil {
+			o.cfg.Snapshots = snaps
+		}
+		return err
+	})
+}
+
+// health opens the health bucket, unless cfg has one or asks for none.
+func (o opener) health(ctx context.Context) error {
+	if o.cfg.Health != nil || o.cfg.NoHealth {
+		return nil
+	}
+	return o.wait(ctx, "the health bucket "+HealthBucket(o.cfg.Cluster), func(ctx context.Context) error {
+		h, err := OpenHealthKV(ctx, o.js, o.cfg.Cluster, o.replicas)
+		if err == nil {
+			o.cfg.Health = h
+		}
+		return err
+	})
 }
 
 // TermPhase is a step of a term a replica leads, as Config.OnTerm sees it.

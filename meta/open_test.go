@@ -13,6 +13,7 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/internal/testkit"
+	"github.com/termlog/termlog/natsserver"
 )
 
 // termLog records the OnTerm events of every replica.
@@ -52,38 +53,7 @@ func (l *termLog) of(replica string, term uint64) []TermPhase {
 func TestOpenAndOnTerm(t *testing.T) {
 	srv, _ := testkit.NATS(t)
 	var seen termLog
-	open := func(id string) (*Replica, func()) {
-		nc, err := srv.Connect()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var waited []string
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		r, err := Open(ctx, nc, Config{
-			ID: id, Cluster: "open", LeaseTTL: time.Second, SnapshotEvery: 5, OnTerm: seen.add,
-			Logger: testkit.Logger(t),
-			Wait: func(ctx context.Context, what string, f func(context.Context) error) error {
-				waited = append(waited, what)
-				return f(ctx)
-			},
-		})
-		if err != nil {
-			t.Fatalf("Open %s: %v", id, err)
-		}
-		want := []string{"the event stream TERMLOG_OPEN", "the lease bucket open_leader", "the snapshot bucket open_snapshots", "the health bucket open_health"}
-		if !slices.Equal(waited, want) {
-			t.Errorf("Open %s waited for %q, want %q", id, waited, want)
-		}
-		if _, ok := r.Log().(*natslog.Log); !ok || r.cfg.Snapshots == nil || r.cfg.Health == nil || r.cfg.NC != nc {
-			t.Errorf("Open %s: log %T, snapshots %v, health %v, nc set %v", id, r.Log(), r.cfg.Snapshots, r.cfg.Health, r.cfg.NC == nc)
-		}
-		rctx, rcancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = r.Run(rctx) }()
-		stop := func() { rcancel(); <-done; nc.Close() }
-		return r, stop
-	}
+	open := func(id string) (*Replica, func()) { return openRunning(t, srv, id, &seen) }
 	a, stopA := open("meta-1")
 	defer stopA()
 	testkit.Eventually(t, 10*time.Second, "meta-1 to lead and recover", func() bool {
@@ -118,6 +88,42 @@ func TestOpenAndOnTerm(t *testing.T) {
 	if got := seen.of("meta-2", t2); !slices.Equal(got, []TermPhase{TermAcquired, TermStarted, TermRecovered}) {
 		t.Errorf("meta-2 term %d phases %v, want acquired, started, recovered", t2, got)
 	}
+}
+
+// openRunning opens replica id of cluster "open" on srv (a lease of 1 s,
+// a snapshot every 5 events, its terms seen by seen), checks what Open
+// waited for and made, and runs it until stop.
+func openRunning(t *testing.T, srv *natsserver.Server, id string, seen *termLog) (r *Replica, stop func()) {
+	t.Helper()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waited []string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err = Open(ctx, nc, Config{
+		ID: id, Cluster: "open", LeaseTTL: time.Second, SnapshotEvery: 5, OnTerm: seen.add,
+		Logger: testkit.Logger(t),
+		Wait: func(ctx context.Context, what string, f func(context.Context) error) error {
+			waited = append(waited, what)
+			return f(ctx)
+		},
+	})
+	if err != nil {
+		t.Fatalf("Open %s: %v", id, err)
+	}
+	want := []string{"the event stream TERMLOG_OPEN", "the lease bucket open_leader", "the snapshot bucket open_snapshots", "the health bucket open_health"}
+	if !slices.Equal(waited, want) {
+		t.Errorf("Open %s waited for %q, want %q", id, waited, want)
+	}
+	if _, ok := r.Log().(*natslog.Log); !ok || r.cfg.Snapshots == nil || r.cfg.Health == nil || r.cfg.NC != nc {
+		t.Errorf("Open %s: log %T, snapshots %v, health %v, nc set %v", id, r.Log(), r.cfg.Snapshots, r.cfg.Health, r.cfg.NC == nc)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	return r, func() { rcancel(); <-done; nc.Close() }
 }
 
 // Open refuses a lease bucket of another TTL with a *LeaseTTLError, so that

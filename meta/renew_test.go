@@ -2,6 +2,8 @@ package meta
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,8 +64,8 @@ func TestRenewalAskedAgainWithinTheLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() { l.renewLoop(ctx, &l.renewed) })
-	wg.Go(func() { l.watchdog(ctx, &l.renewed) })
+	wg.Go(func() { l.renewLoop(ctx) })
+	wg.Go(func() { l.watchdog(ctx) })
 
 	var lostAt time.Time
 	var why string
@@ -116,7 +118,7 @@ func TestRenewalLostIsNotAskedAgain(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); l.renewLoop(ctx, &l.renewed) }()
+	go func() { defer close(done); l.renewLoop(ctx) }()
 	defer func() { cancel(); <-done }()
 	testkit.Eventually(t, 5*time.Second, "the renewal loop waiting", func() bool { return clk.Waiters() >= 1 })
 	clk.Advance(time.Second)
@@ -129,4 +131,78 @@ func TestRenewalLostIsNotAskedAgain(t *testing.T) {
 	if n := len(sl.calls()); n != 1 {
 		t.Fatalf("%d renewals asked, want 1", n)
 	}
+}
+
+// hangingLease is a lease bucket whose renewal never answers and ignores
+// its context (a client stuck behind a reconnect dial holds its lock that
+// way, whatever the context: see FACTS.md): only the watchdog can end the
+// term.
+type hangingLease struct {
+	Lease
+	entered chan struct{} // closed when the first renewal is asked
+	release chan struct{} // closed by the test: the renewal returns
+	once    sync.Once
+}
+
+func (h *hangingLease) Renew(context.Context) error {
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+	return ErrLeaseLost
+}
+
+// The watchdog bites whatever the renewal call is doing: a renewal that
+// hangs past its own deadline (lease*2/3 after the last stored renewal,
+// which its bounded attempts cannot enforce while the call does not
+// return) does not keep the leader acting; the term ends within one
+// watchdog tick (lease/12) of the limit, for the watchdog's reason.
+func TestWatchdogEndsTermWhileRenewalHangs(t *testing.T) {
+	clk := clock.NewManual(t0)
+	const lease = 3 * time.Second
+	hl := &hangingLease{entered: make(chan struct{}), release: make(chan struct{})}
+	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1, func(c *Config) {
+		hl.Lease = c.Lease
+		c.Lease = hl
+		c.LeaseTTL = lease
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.leaseKeeper.keep(ctx) }()
+	defer func() { cancel(); close(hl.release); <-done }()
+
+	limit := t0.Add(lease * 2 / 3) // the renewal taken at t0 is the last stored one
+	const step = 10 * time.Millisecond
+	var lostAt time.Time
+	var why string
+	for lostAt.IsZero() {
+		if clk.Now().Sub(t0) > 2*lease {
+			t.Fatalf("still leading at +%s with the renewal hanging since +%s (limit +%s)", clk.Now().Sub(t0), lease/3, lease*2/3)
+		}
+		testkit.Eventually(t, 5*time.Second, "the watchdog waiting on the clock (and the renewal loop, until it hangs in Renew)", func() bool {
+			select {
+			case why = <-l.lost:
+				lostAt = clk.Now()
+				return true
+			default:
+			}
+			select {
+			case <-hl.entered:
+				return clk.Waiters() >= 1 // the watchdog; the renewal loop is in Renew
+			default:
+				return clk.Waiters() >= 2
+			}
+		})
+		if lostAt.IsZero() {
+			clk.Advance(step)
+		}
+	}
+	if !lostAt.After(limit) || lostAt.After(limit.Add(lease/12+step)) {
+		t.Fatalf("the term ended at +%s (%s): want after the limit +%s and within a watchdog tick (%s) of it", lostAt.Sub(t0), why, limit.Sub(t0), lease/12)
+	}
+	if !strings.Contains(why, "no lease renewal for") {
+		t.Fatalf("the term ended for %q, want the watchdog's reason", why)
+	}
+	if err := l.leaseFresh(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("leaseFresh after the limit: %v, want ErrLeaseLost", err)
+	}
+	t.Logf("term ended at +%s: %s", lostAt.Sub(t0), why)
 }

@@ -90,17 +90,11 @@ type Config struct {
 }
 
 func (c *Config) defaults() error {
-	if c.ID == "" {
-		return errors.New("meta: replica needs an ID")
+	if err := c.defaultIdentity(); err != nil {
+		return err
 	}
 	if c.Log == nil || c.Lease == nil {
 		return errors.New("meta: replica needs a Log and a Lease")
-	}
-	if c.Cluster == "" {
-		c.Cluster = "termlog"
-	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 3 * time.Second
 	}
 	if c.WorkerTimeout <= 0 {
 		c.WorkerTimeout = 10 * time.Second
@@ -127,6 +121,21 @@ func (c *Config) defaults() error {
 		c.Clock = clock.Real{}
 	}
 	c.Scheduler.defaults()
+	return nil
+}
+
+// defaultIdentity checks the replica's name and fills in the cluster's
+// name and the lease: what Open needs before it opens the parts they name.
+func (c *Config) defaultIdentity() error {
+	if c.ID == "" {
+		return errors.New("meta: replica needs an ID")
+	}
+	if c.Cluster == "" {
+		c.Cluster = "termlog"
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 3 * time.Second
+	}
 	return nil
 }
 
@@ -294,6 +303,8 @@ func (r *Replica) Run(ctx context.Context) error {
 	return nil
 }
 
+// campaign takes the lease whenever it is free and leads under it, until
+// ctx is done.
 func (r *Replica) campaign(ctx context.Context) {
 	// Followers try every lease/6: a lapsed lease is taken within that
 	// much of its expiry (the server drops the key about TTL after the
@@ -308,30 +319,35 @@ func (r *Replica) campaign(ctx context.Context) {
 		acancel()
 		switch {
 		case err == nil:
-			term, reason := r.lead(ctx, lease)
-			ev := r.log.Warn()
-			if reason == reasonShutdown || reason == reasonStepDown {
-				ev = r.log.Info() // asked for: a clean stop logs no warning
-			}
-			ev.Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
-			if reason == reasonStepDown {
-				// Let another replica win the next round.
-				select {
-				case <-ctx.Done():
-				case <-r.cfg.Clock.After(r.cfg.LeaseTTL):
-				}
-			}
+			r.leadThenFollow(ctx, lease)
 			continue
 		case errors.Is(err, ErrLeaseHeld):
-		default:
-			if ctx.Err() == nil {
-				r.log.Warn().Err(err).Msg("campaign failed")
-			}
+		case ctx.Err() == nil:
+			r.log.Warn().Err(err).Msg("campaign failed")
 		}
-		select {
-		case <-ctx.Done():
-		case <-r.cfg.Clock.After(retry):
-		}
+		r.sleep(ctx, retry)
+	}
+}
+
+// leadThenFollow leads one term under lease and says why it ended; after a
+// step-down it waits a lease, so that another replica wins the next round.
+func (r *Replica) leadThenFollow(ctx context.Context, lease uint64) {
+	term, reason := r.lead(ctx, lease)
+	ev := r.log.Warn()
+	if reason == reasonShutdown || reason == reasonStepDown {
+		ev = r.log.Info() // asked for: a clean stop logs no warning
+	}
+	ev.Uint64("term", term).Uint64("lease_rev", lease).Str("reason", reason).Msg("stopped leading; following")
+	if reason == reasonStepDown {
+		r.sleep(ctx, r.cfg.LeaseTTL)
+	}
+}
+
+// sleep waits d on the replica's clock, or until ctx is done.
+func (r *Replica) sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-r.cfg.Clock.After(d):
 	}
 }
 
@@ -345,71 +361,100 @@ const (
 // been cancelled and joined.
 func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	lctx, cancel := context.WithCancel(ctx)
-	var once sync.Once
-	var reason string
-	l := r.newLeaderSession(lctx, lease, func(why string) {
-		once.Do(func() {
-			reason = why
-			cancel()
-			if why != reasonShutdown {
-				// Now, not when the last task is joined (see Leading).
-				r.log.Info().Uint64("lease_rev", lease).Str("reason", why).Msg("term ending; leader tasks stopping")
-			}
-		})
-	})
-	lg := l.logger
-	lg.Info().Msg("lease acquired")
-	r.onTerm(0, lease, TermAcquired, "")
+	end := &termEnd{cancel: cancel, log: r.log.With().Uint64("lease_rev", lease).Logger()}
+	l := r.newLeaderSession(lctx, lease, end.lose)
+	r.beginTerm(l)
 
-	r.mu.Lock()
-	r.leader = l
-	r.terms = append(r.terms, TermRecord{Lease: lease, Started: r.cfg.Clock.Now()})
-	r.mu.Unlock()
-
-	var wg sync.WaitGroup
-	start := func(name string, f func(context.Context)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(lctx)
-		}()
-	}
-	lastRenew := &l.renewed // stored when the session was made, right after Acquire
-	start("renew", func(ctx context.Context) { l.renewLoop(ctx, lastRenew) })
-	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, lastRenew) })
-	start("stepdown", func(ctx context.Context) {
+	tasks := &termTasks{ctx: lctx}
+	tasks.start(l.leaseKeeper.keep) // renewal and watchdog, from the lease's Acquire on
+	tasks.start(func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-r.stepDown:
 			l.lose(reasonStepDown)
 		}
 	})
-
-	var snapLast uint64 // seq of the newest snapshot the term stored; read after wg.Wait
-	termStarted := false
-	if err := l.startTerm(lctx); err != nil {
-		l.lose(fmt.Sprintf("start term: %v", err))
-	} else {
-		termStarted = true
-		r.onTerm(l.term, lease, TermStarted, "")
-		start("rpc", l.serveRPC)
-		start("expiry", l.expiryLoop)
-		start("control", l.controlLoop)
-		start("schedule", l.scheduleLoop)
-		start("health", l.healthLoop)
-		start("snapshot", func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
-		start("colocate", l.colocateLoop)
-	}
+	started, snapLast := r.startDuties(l, tasks)
 
 	<-lctx.Done()
 	l.lose(reasonShutdown)
-	wg.Wait()
-	if termStarted && reason == reasonShutdown {
+	tasks.wait()
+	r.endTerm(ctx, l, end.reason, started, *snapLast)
+	return l.term, end.reason
+}
+
+// termEnd is how a term ends: the first reason given ends it (cancels its
+// context) and is the one recorded.
+type termEnd struct {
+	once   sync.Once
+	cancel context.CancelFunc
+	log    zerolog.Logger
+	reason string // set once, by the first lose; read after the term's tasks are joined
+}
+
+func (e *termEnd) lose(why string) {
+	e.once.Do(func() {
+		e.reason = why
+		e.cancel()
+		if why != reasonShutdown {
+			// Now, not when the last task is joined (see Leading).
+			e.log.Info().Str("reason", why).Msg("term ending; leader tasks stopping")
+		}
+	})
+}
+
+// termTasks are a term's tasks: each runs with the term's context, and
+// wait joins them all.
+type termTasks struct {
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+func (t *termTasks) start(f func(context.Context)) { t.wg.Go(func() { f(t.ctx) }) }
+func (t *termTasks) wait()                         { t.wg.Wait() }
+
+// beginTerm makes l the replica's leader session and records its term.
+func (r *Replica) beginTerm(l *leaderSession) {
+	l.logger.Info().Msg("lease acquired")
+	r.onTerm(0, l.lease, TermAcquired, "")
+	r.mu.Lock()
+	r.leader = l
+	r.terms = append(r.terms, TermRecord{Lease: l.lease, Started: r.cfg.Clock.Now()})
+	r.mu.Unlock()
+}
+
+// startDuties starts l's term (its term.started) and, once it has started,
+// the leader's duties as tasks. It says whether the term started, and
+// where the snapshot task leaves the seq of the newest snapshot it stored
+// (to read once the tasks are joined).
+func (r *Replica) startDuties(l *leaderSession, tasks *termTasks) (bool, *uint64) {
+	var snapLast uint64
+	if err := l.startTerm(tasks.ctx); err != nil {
+		l.lose(fmt.Sprintf("start term: %v", err))
+		return false, &snapLast
+	}
+	r.onTerm(l.term, l.lease, TermStarted, "")
+	tasks.start(newRPCServer(l).serve)
+	tasks.start(l.expiryLoop)
+	tasks.start(l.controlLoop)
+	tasks.start(l.scheduleLoop)
+	tasks.start(l.healthLoop)
+	tasks.start(func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
+	tasks.start(l.colocateLoop)
+	return true, &snapLast
+}
+
+// endTerm closes l's term, whose tasks are joined, ended for reason: a
+// last snapshot on a clean shutdown, the lease released when asked for,
+// and the term recorded as ended.
+func (r *Replica) endTerm(ctx context.Context, l *leaderSession, reason string, started bool, snapLast uint64) {
+	lg := r.log.With().Uint64("lease_rev", l.lease).Logger()
+	if started && reason == reasonShutdown {
 		// Clean shutdown with the term still held (nothing lost it first):
 		// one more snapshot, of the view this replica projected, written
 		// while it still leads (a leader task like the others, so before
 		// the release) and bounded by what is left of the lease.
-		l.finalSnapshot(ctx, snapLast, lastRenew.Load())
+		l.finalSnapshot(ctx, snapLast, l.leaseKeeper.lastRenewal())
 	}
 	if reason == reasonStepDown || ctx.Err() != nil {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AppendTimeout)
@@ -426,8 +471,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		r.terms[n-1].Recovery = l.recovery()
 	}
 	r.mu.Unlock()
-	r.onTerm(l.term, lease, TermEnded, reason)
-	return l.term, reason
+	r.onTerm(l.term, l.lease, TermEnded, reason)
 }
 
 type atomicTime struct {

@@ -1,0 +1,243 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/wire"
+	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/decide"
+)
+
+// rpcRow is one RPC the leader serves: how its request is decoded and what
+// answers it. decode validates every field, so serve sees only requests
+// that decoded; a request that does not is answered bad_request.
+type rpcRow struct {
+	decode func(data []byte) (any, error)
+	serve  func(ctx context.Context, req any) client.Reply
+	// memory: answered from memory, never by an append; served on a queue
+	// of its own so that it never waits behind appends.
+	memory bool
+}
+
+// row is the row of an RPC whose requests decode to Req and are answered
+// by serve.
+func row[Req any](decode func([]byte) (Req, error), serve func(context.Context, Req) client.Reply) rpcRow {
+	return rpcRow{
+		decode: func(b []byte) (any, error) { return decode(b) },
+		serve:  func(ctx context.Context, req any) client.Reply { return serve(ctx, req.(Req)) },
+	}
+}
+
+// memoryRow is the row of an RPC answered from memory (see rpcRow.memory).
+func memoryRow[Req any](decode func([]byte) (Req, error), serve func(Req) client.Reply) rpcRow {
+	r := row(decode, func(_ context.Context, req Req) client.Reply { return serve(req) })
+	r.memory = true
+	return r
+}
+
+// leaderRPCs is the leader's RPC table: a row for each RPC name of
+// internal/wire (TestRPCTableIsTheWire checks that), so adding an RPC is
+// one row here and a name there.
+func leaderRPCs(l *leaderSession) map[string]rpcRow {
+	return map[string]rpcRow{
+		wire.RPCRegister:       row(client.DecodeRegister, l.register),
+		wire.RPCActivate:       row(client.DecodeWorkerRef, l.activate),
+		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, l.heartbeat),
+		wire.RPCDeregister:     row(client.DecodeWorkerRef, l.deregister),
+		wire.RPCStepDown:       row(decodeStepDown, func(context.Context, struct{}) client.Reply { return stepDown(l.logger, l.lose) }),
+		wire.RPCStoreRegister:  row(client.DecodeStoreRegister, l.storeRegister),
+		wire.RPCStoreHeartbeat: row(client.DecodeStoreHeartbeat, l.storeHeartbeat),
+		wire.RPCStoreDrain:     row(client.DecodeDrain, l.storeDrain),
+		wire.RPCStoreSelfDrain: row(client.DecodeSelfDrain, l.storeSelfDrain),
+		wire.RPCShardRecover:   row(client.DecodeRecover, l.shardRecover),
+	}
+}
+
+// decodeStepDown checks a step-down request (it carries nothing).
+func decodeStepDown(b []byte) (struct{}, error) { return struct{}{}, client.DecodeStepDown(b) }
+
+// stepDown answers a step-down request: the term ends, and the replica
+// campaigns again after a lease (Replica.campaign).
+func stepDown(lg zerolog.Logger, lose func(string)) client.Reply {
+	lg.Info().Msg("step-down requested")
+	lose(reasonStepDown)
+	return client.Reply{}
+}
+
+// rpcHandlers is how many requests that may append are handled at once:
+// their mutations are decided and appended in groups (see committer), so a
+// registration burst costs one append per group, not one per worker.
+const rpcHandlers = 2048
+
+// rpcQueue is how many requests that may append wait for a handler. A
+// registration burst of 10,000 workers fits: a refused request costs its
+// worker a 50 ms..1 s backoff, which made the burst's tail.
+const rpcQueue = 16384
+
+// memoryQueue is how many requests answered from memory (heartbeats) wait:
+// a short queue, as a renewal must not wait long behind others while the
+// expiry decides.
+const memoryQueue = 1024
+
+// rpcServer serves a term's RPCs on NATS: every subject under
+// <cluster>.rpc., each request decoded, decided and answered as its row
+// of the table says (an unknown RPC gets a bad_request reply rather than no
+// responders). Every reply names the term and the leader.
+type rpcServer struct {
+	nc     *nats.Conn // nil: no RPCs served
+	prefix string     // <cluster>.rpc.
+	rows   map[string]rpcRow
+	term   uint64
+	leader string
+	logger zerolog.Logger
+	lose   func(reason string)
+
+	queued atomic.Int64 // requests waiting for a handler
+}
+
+// newRPCServer serves l's RPCs; l's term is chosen (startTerm) first.
+func newRPCServer(l *leaderSession) *rpcServer {
+	return &rpcServer{
+		nc: l.r.cfg.NC, prefix: client.RPCSubject(l.r.cfg.Cluster, ""), rows: leaderRPCs(l),
+		term: l.term, leader: l.r.cfg.ID, logger: l.logger, lose: l.lose,
+	}
+}
+
+// termEnded is the reply to a request the term cannot answer any more: the
+// next leader answers it, so the client asks there at once.
+func termEnded() client.Reply {
+	return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
+}
+
+// serve answers RPCs until ctx is done (the term ends). Requests that may
+// append are handled by rpcHandlers goroutines; those answered from memory
+// (heartbeats) have their own goroutine, so they never wait behind an
+// append (the expiry must not decide on deadlines whose renewals are
+// queued). No handler outlives serve, and what is still queued when it
+// ends is answered "not the leader", so each client asks the next leader
+// at once instead of waiting out its request timeout.
+func (s *rpcServer) serve(ctx context.Context) {
+	if s.nc == nil {
+		return
+	}
+	appends := make(chan *nats.Msg, rpcQueue)
+	memory := make(chan *nats.Msg, memoryQueue)
+	sub, err := s.nc.Subscribe(s.prefix+">", func(m *nats.Msg) { s.enqueue(ctx, m, appends, memory) })
+	if err != nil {
+		s.lose(fmt.Sprintf("subscribe %s>: %v", s.prefix, err))
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { s.serveQueue(ctx, memory) })
+	for range rpcHandlers - 1 {
+		wg.Go(func() { s.serveQueue(ctx, appends) })
+	}
+	s.serveQueue(ctx, appends)
+	wg.Wait()
+	_ = sub.Unsubscribe()
+	s.answerQueued(appends, memory)
+}
+
+// enqueue queues request m for a handler, or answers it at once: the term
+// ended, or its queue is full.
+func (s *rpcServer) enqueue(ctx context.Context, m *nats.Msg, appends, memory chan<- *nats.Msg) {
+	if ctx.Err() != nil {
+		s.respond(m, termEnded())
+		return
+	}
+	q := appends
+	if s.rows[strings.TrimPrefix(m.Subject, s.prefix)].memory {
+		q = memory
+	}
+	s.queued.Add(1)
+	select {
+	case q <- m:
+	default:
+		s.queued.Add(-1)
+		s.respond(m, unavailable(errors.New("leader busy: request queue full")))
+	}
+}
+
+// serveQueue handles the requests of one queue in order until ctx is done.
+func (s *rpcServer) serveQueue(ctx context.Context, q <-chan *nats.Msg) {
+	for {
+		if ctx.Err() != nil {
+			return // the term ended: serve answers what is still queued
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-q:
+			s.queued.Add(-1)
+			s.respond(m, s.handle(ctx, strings.TrimPrefix(m.Subject, s.prefix), m.Data))
+		}
+	}
+}
+
+// answerQueued answers "the term ended" to every request still queued.
+func (s *rpcServer) answerQueued(qs ...chan *nats.Msg) {
+	for _, q := range qs {
+		for drained := false; !drained; {
+			select {
+			case m := <-q:
+				s.queued.Add(-1)
+				s.respond(m, termEnded())
+			default:
+				drained = true
+			}
+		}
+	}
+}
+
+// handle answers one request of RPC name: decoded by its row (a request
+// that does not decode, or an RPC without a row, is a bad_request), then
+// served. It never panics on input.
+func (s *rpcServer) handle(ctx context.Context, name string, data []byte) client.Reply {
+	r, ok := s.rows[name]
+	if !ok {
+		return decide.BadRequest(fmt.Errorf("unknown rpc %q", name))
+	}
+	req, err := r.decode(data)
+	if err != nil {
+		return decide.BadRequest(err)
+	}
+	return r.serve(ctx, req)
+}
+
+// respond sends rep, naming the term and the leader, if m asks for a reply.
+func (s *rpcServer) respond(m *nats.Msg, rep client.Reply) {
+	if m.Reply == "" {
+		return
+	}
+	rep.Term, rep.Leader = s.term, s.leader
+	b, _ := json.Marshal(rep)
+	_ = m.Respond(b)
+}
+
+// unavailable is the reply to a request that could not be served now: not
+// the leader (the term ended, a fence showed a newer term), or another
+// transient failure; the client retries, at the next leader or later.
+func unavailable(err error) client.Reply {
+	code := client.CodeUnavailable
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, events.ErrFenced) || errors.Is(err, context.Canceled) {
+		code = client.CodeNotLeader
+	}
+	return client.Reply{Error: &client.RPCError{Code: code, Message: err.Error()}}
+}
+
+// logForbidden logs a request refused because another incarnation
+// registered the worker.
+func (l *leaderSession) logForbidden(rpc string, ref client.WorkerRef) {
+	l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
+		Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
+}
