@@ -817,8 +817,8 @@ func (r *run) addNodeLoss(name, target string, graceful bool, ss []nlSample) {
 	}
 	f := Figure{
 		Name: GroupNodeLoss + "." + name + ".append_blackout",
-		What: fmt.Sprintf("%s of %s on a 3-node cluster (--sync always, R3): longest gap between fenced appends through the meta leader, median of %d (losses: %s)",
-			how, what, len(ss), strings.Join(victims, "; ")),
+		What: fmt.Sprintf("%s of %s on a 3-node cluster (--sync always, R3): longest gap between fenced appends through the meta leader, median of %d (min %s, max %s; raw min %s, max %s; losses: %s)",
+			how, what, len(ss), apLo.Round(time.Millisecond), apHi.Round(time.Millisecond), rawLo.Round(time.Millisecond), rawHi.Round(time.Millisecond), strings.Join(victims, "; ")),
 		Unit: "s", Value: apMed.Seconds(), Baseline: rawMed.Seconds(),
 		BaselineWhat: "longest gap between raw JetStream publishes on an R3 stream of the same configuration led by the event stream leader's node, through the same loss",
 		Extra:        extra,
@@ -883,7 +883,7 @@ func (r *run) addNodeLoss(name, target string, graceful bool, ss []nlSample) {
 	r.add(Figure{
 		Name: GroupNodeLoss + "." + name + ".done_when",
 		What: fmt.Sprintf("%s of %s, the issue's Done-when lines over %d losses: %s", how, what, len(ss), strings.Join(texts, "; ")),
-		Unit: "lines missed", Value: float64(missed), Baseline: float64(len(clauses)), BaselineWhat: "lines that apply to this loss",
+		Unit: "lines missed", Value: float64(missed), Baseline: 0, BaselineWhat: fmt.Sprintf("none missed (%d lines apply to this loss)", len(clauses)),
 		Target: &Target{Of: "value", Op: "<=", Limit: 0, Text: "every line met"},
 	})
 }
