@@ -260,9 +260,10 @@ store: state and last heartbeat; with the record's age).
 Exit status: 0 when healthy; 1 when degraded (a shard under-replicated or without a
 leader, an operator or pending change, a blocked shard, a store down or silent while
 draining, workers not running, no meta leader, recovery incomplete, a stale health
-record); 2 when the cluster cannot be read. While the event stream elects a leader
-(a NATS node lost), status answers within a second from the copy any replica serves
-(the leader's last health record), marked STALE, and exits 1.
+record); 2 when the cluster cannot be read. While a leader the read waits on is
+elected (the event stream's, the JetStream meta group's, a bucket's: a NATS node
+lost), status answers within about half a second from the copy any replica serves
+(the leader's last health record), marked STALE naming that leader, and exits 1.
 
 --watch redraws whenever something changes (in place at a terminal, appended when
 piped). --wait-healthy blocks until the cluster
