@@ -424,7 +424,9 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 			// and is joined now.
 			fcancel()
 			s.Close()
-			<-done
+			if r := <-done; r.err == nil {
+				return r.st, nil // the read came meanwhile: it, not the copy
+			}
 		}
 		return st, nil
 	}
@@ -471,9 +473,8 @@ func (g *globals) statusRead(ctx context.Context, allowStale bool) (Status, erro
 		if still >= staleAfter/4 {
 			startCopy()
 			// Probe again unless a round since the last move found a
-			// leader silent.
-			// A round that found all answering is asked again after a
-			// pause of staleAfter/4.
+			// leader silent; a round that found all answering is asked
+			// again after a pause of staleAfter/4.
 			if !probing && (last.gen != gen || last.silent == "" && now.Sub(last.at) >= staleAfter/4) {
 				probing = true
 				g0, l := gen, w.log.Load()
