@@ -36,16 +36,22 @@ func loadStatus(ctx context.Context, nc *nats.Conn, lc natslog.Config, logger ze
 	if err != nil {
 		return Status{}, err
 	}
-	return loadStatusLog(ctx, nc, lg, lc.Cluster, logger)
+	return loadStatusLog(ctx, nc, lg, lc.Cluster, logger, nil)
 }
 
 // loadStatusFrom is loadStatus on a session's open stream, each request
 // bounded by --timeout and failing at a permission violation.
 func loadStatusFrom(ctx context.Context, s *session, lg *natslog.Log, logger zerolog.Logger) (Status, error) {
+	return loadStatusWatched(ctx, s, lg, logger, nil)
+}
+
+// loadStatusWatched is loadStatusFrom telling w (nil: nobody) what the
+// read waits for.
+func loadStatusWatched(ctx context.Context, s *session, lg *natslog.Log, logger zerolog.Logger, w *readWatch) (Status, error) {
 	var st Status
 	err := s.call(ctx, func(ctx context.Context) error {
 		var err error
-		st, err = loadStatusLog(ctx, s.nc, lg, s.g.cluster, logger)
+		st, err = loadStatusLog(ctx, s.nc, lg, s.g.cluster, logger, w)
 		return err
 	})
 	if errors.Is(err, nats.ErrPermissionViolation) {
@@ -57,41 +63,47 @@ func loadStatusFrom(ctx context.Context, s *session, lg *natslog.Log, logger zer
 	return st, nil
 }
 
-// loadStatusLog is loadStatus on an open stream.
-func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster string, logger zerolog.Logger) (Status, error) {
-	var store events.SnapshotStore
-	if snaps, err := natslog.BindSnapshots(ctx, lg); err == nil {
-		store = snaps
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
-	}
+// loadStatusLog is loadStatus on an open stream, telling w (nil: nobody)
+// what it waits for.
+func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster string, logger zerolog.Logger, w *readWatch) (Status, error) {
 	// The lease and health buckets are read while the stream is folded, so
 	// each has the whole of the caller's deadline: read after the fold, a
 	// fold that took most of --timeout left the lease read nothing.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		wg        sync.WaitGroup
-		holder    string
-		ttl       time.Duration
-		leaseErr  error
-		rec       *meta.HealthRecord
-		healthErr error
+		wg      sync.WaitGroup
+		read    health.Read
+		readErr error
 	)
-	wg.Go(func() { holder, ttl, leaseErr = leaseHolder(sctx, nc, cluster) })
-	wg.Go(func() { rec, healthErr = readHealth(sctx, nc, cluster) })
-	st, origin, err := view.LoadFrom(ctx, lg, store, logger, clock.Real{})
+	wg.Go(func() { read, readErr = readBuckets(sctx, nc, cluster) })
+	w.begin(stepSnapshots)
+	var store events.SnapshotStore
+	if snaps, err := natslog.BindSnapshots(ctx, lg); err == nil {
+		store = snaps
+		if w != nil {
+			store = watchedSnapshots{snaps, w}
+		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		logger.Warn().Err(err).Msg("snapshots unreadable; folding from seq 1")
+	}
+	var log events.Log = lg
+	if w != nil {
+		log = watchedLog{lg, w}
+	}
+	st, origin, err := view.LoadFrom(ctx, log, store, logger, clock.Real{})
 	if err != nil {
 		cancel()
 	}
+	w.begin(stepBuckets)
 	wg.Wait()
 	if err != nil {
 		return Status{}, err
 	}
-	if healthErr != nil {
-		return Status{}, fmt.Errorf("health bucket %s: %w", meta.HealthBucket(cluster), healthErr)
+	if readErr != nil {
+		return Status{}, readErr
 	}
-	return health.Assemble(cluster, st, origin.Snapshot, health.Read{Holder: holder, LeaseErr: leaseErr, TTL: ttl, Record: rec}, time.Now()), nil
+	return health.Assemble(cluster, st, origin.Snapshot, read, time.Now()), nil
 }
 
 // leaseRead bounds status's read of the lease holder: the lease bucket
@@ -248,9 +260,10 @@ store: state and last heartbeat; with the record's age).
 Exit status: 0 when healthy; 1 when degraded (a shard under-replicated or without a
 leader, an operator or pending change, a blocked shard, a store down or silent while
 draining, workers not running, no meta leader, recovery incomplete, a stale health
-record); 2 when the cluster cannot be read. While the event stream elects a leader
-(a NATS node lost), status answers within a second from the copy any replica serves
-(the leader's last health record), marked STALE, and exits 1.
+record); 2 when the cluster cannot be read. While a leader the read waits on is
+elected (the event stream's, the JetStream meta group's, a bucket's: a NATS node
+lost), status answers within about half a second from the copy any replica serves
+(the leader's last health record), marked STALE naming that leader, and exits 1.
 
 --watch redraws whenever something changes (in place at a terminal, appended when
 piped). --wait-healthy blocks until the cluster

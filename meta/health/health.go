@@ -63,6 +63,37 @@ func (s *StaleCopy) String() string {
 	return fmt.Sprintf("STALE: %s; state as of seq %d from %s (%s old)", s.Reason, s.Seq, s.Source, (time.Duration(s.AgeMS) * time.Millisecond).Round(100*time.Millisecond))
 }
 
+// Copy is what a reader got from the copies any current replica serves
+// (direct gets) while the event stream's read stalled: the meta leader's
+// last health record and the lease holder as that replica holds them.
+type Copy struct {
+	Record meta.HealthRecord
+	// Holder is the lease holder ("" none); LeaseErr, when set, is why it
+	// could not be read (then it is unknown).
+	Holder   string
+	LeaseErr string
+	// Via names the server the copies were read through.
+	Via string
+}
+
+// AssembleStale is the Status of a copy, marked stale with why (what the
+// read of the stream waited for), as of now: state as of the record's seq
+// and term, never healthy (exit 1), the one problem being the marking.
+func AssembleStale(cluster string, c Copy, why string, now time.Time) Status {
+	rec := c.Record
+	age := max(now.Sub(rec.At), 0)
+	s := Status{Cluster: cluster, Seq: rec.Seq, Term: rec.Term, Leader: rec.Leader, At: rec.At,
+		LeaseHolder: c.Holder, LeaseError: c.LeaseErr}
+	via := c.Via
+	if via == "" {
+		via = "an unnamed server"
+	}
+	s.Stale = &StaleCopy{Reason: why, Seq: rec.Seq, AgeMS: age.Milliseconds(),
+		Source: fmt.Sprintf("the health record of term %d by %s, read through %s", rec.Term, rec.Leader, via)}
+	s.Health = Health{Record: &rec, AgeMS: age.Milliseconds(), Problems: []string{s.Stale.String()}}
+	return s
+}
+
 // Health is the cluster's health as `status` judges it: the leader's
 // published record (per shard, per store), its age, and the problems that
 // make the cluster degraded. It is part of `status --json`.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +35,43 @@ func TestNodeLossWindows(t *testing.T) {
 	}
 	if m := s.median(at(0), at(8000)); m != 500*time.Millisecond {
 		t.Fatalf("median %s, want 500ms", m)
+	}
+}
+
+// doneWhen judges each loss by the Done-when lines, with the
+// numbers that decided it.
+func TestNodeLossDoneWhen(t *testing.T) {
+	s := func(raw, app, status time.Duration, changed bool, failed int) nlSample {
+		return nlSample{raw: raw, appends: app, status: status, statusSteady: 300 * time.Millisecond, termChanged: changed, statusFailed: failed}
+	}
+	verdicts := func(cs []nlClause) (out []string) {
+		for _, c := range cs {
+			v := "MET"
+			if !c.met {
+				v = "MISSED"
+			}
+			out = append(out, c.what+": "+v+" ("+c.numbers+")")
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		target   string
+		graceful bool
+		ss       []nlSample
+		want     []string
+	}{
+		{"stream", true, []nlSample{s(100*time.Millisecond, 400*time.Millisecond, time.Second, false, 0), s(0, 1200*time.Millisecond, 800*time.Millisecond, false, 0)},
+			[]string{"no term change: MET (changed in 0 of 2)", "append blackout <= 1 s: MISSED (longest 1.2s)",
+				"status answers within 1 s throughout (item 4): MET (longest beyond a steady run 700ms, 0 runs exited 2)"}},
+		{"lease", false, []nlSample{s(5*time.Second, 5500*time.Millisecond, 900*time.Millisecond, true, 0), s(4*time.Second, 6*time.Second, 1500*time.Millisecond, true, 0)},
+			[]string{"termlog's append blackout <= raw + 1 s: MISSED (worst loss termlog 6s vs raw 4s, +2.00 s)",
+				"status answers within 1 s throughout: MISSED (longest beyond a steady run 1.2s, 0 runs exited 2)"}},
+		{"follower", false, []nlSample{s(50*time.Millisecond, 60*time.Millisecond, 400*time.Millisecond, false, 1)},
+			[]string{"no term change: MET (changed in 0 of 1)", "status answers within 1 s throughout (item 4): MISSED (longest beyond a steady run 100ms, 1 runs exited 2)"}},
+	} {
+		got := verdicts(doneWhen(tc.target, tc.graceful, tc.ss))
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("%s graceful=%v:\n got %q\nwant %q", tc.target, tc.graceful, got, tc.want)
+		}
 	}
 }
