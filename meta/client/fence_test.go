@@ -51,3 +51,26 @@ func TestCheckExecRefusesAnEndedTerm(t *testing.T) {
 		t.Fatalf("term 1's step after term 2 started: %v (%s), want refused: term 1 is over", v, why)
 	}
 }
+
+// TestCheckExecGiveUp: a give-up is fenced like a change: it runs for the
+// pending intent of a running operator of the current term, and is refused
+// once that term is over (a deposed leader gives nothing up: the new leader
+// resolves the inherited operator) or for an intent that is not pending.
+func TestCheckExecGiveUp(t *testing.T) {
+	before, after, req := deposedStep(t)
+	req.Op, req.CCID = ExecGiveUp, 0
+	if v, why := CheckExec(before, req); v != ExecRun {
+		t.Fatalf("term 1's give-up of its pending intent: %v (%s), want run", v, why)
+	}
+	if v, why := CheckExec(after, req); v != ExecRefuse || !strings.Contains(why, "term 1 is over") {
+		t.Fatalf("term 1's give-up after term 2 started: %v (%s), want refused: term 1 is over", v, why)
+	}
+	other := req
+	other.Intent--
+	if v, why := CheckExec(before, other); v != ExecRefuse || !strings.Contains(why, "not intent") {
+		t.Fatalf("a give-up of an intent that is not pending: %v (%s), want refused", v, why)
+	}
+	if _, err := DecodeExec([]byte(`{"op":"giveup","shard":1,"replica":3,"term":1,"operator":"op-1-6"}`)); err == nil {
+		t.Fatal("a give-up without its intent decoded")
+	}
+}

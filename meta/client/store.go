@@ -78,6 +78,15 @@ const (
 	// replica's applied index, read locally (no quorum needed): the input
 	// of an operator's recovery.
 	ExecApplied = "applied"
+	// ExecGiveUp asks a member store to record, through the shard's own
+	// Raft log, that the leader gives up the intent (Operator, Intent):
+	// before it fails a step whose change may still be in flight. The
+	// shard's state machine answers OutcomeGivenUp when the give-up is the
+	// first word on that intent (no claim can succeed after it, so no
+	// change for it is proposed any more), or OutcomeClaimed when an
+	// executor claimed it first (its change may still apply: the step must
+	// not be failed). Fenced like a change: term and operator (CheckExec).
+	ExecGiveUp = "giveup"
 )
 
 // Exec outcomes, as classified by the executing store.
@@ -92,6 +101,17 @@ const (
 	// (a deposed leader's step, an unknown operator, a stale intent).
 	// Nothing was proposed.
 	OutcomeRefused = "refused"
+	// OutcomeGivenUp: the shard's state machine applied a give-up of the
+	// exec's intent before any claim of it (Index is the give-up's Raft
+	// index). For a give-up: the step may be failed safely. For a change:
+	// its executor proposed nothing.
+	OutcomeGivenUp = "given-up"
+	// OutcomeClaimed: an executor claimed the intent in the shard's state
+	// machine before the give-up (Index is the claim's Raft index): its
+	// change may have been proposed and may still apply. The step is not
+	// failed; the change is re-sent (same intent, same config change id)
+	// and resolved by reading the membership.
+	OutcomeClaimed = "claimed"
 )
 
 // ExecRequest asks a member store to change or read a shard's membership.
@@ -126,6 +146,9 @@ type ExecReply struct {
 	// ExecApplied: the store's replica of the shard and its applied index.
 	Replica uint64 `json:"replica,omitempty"`
 	Applied uint64 `json:"applied,omitempty"`
+	// OutcomeGivenUp, OutcomeClaimed: the Raft index of the entry that
+	// decided the intent (the give-up, or the claim that came first).
+	Index uint64 `json:"index,omitempty"`
 }
 
 // validStore checks a store id and the incarnation it claims.
@@ -191,6 +214,13 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 	}
 	switch r.Op {
 	case ExecMembership, ExecApplied:
+	case ExecGiveUp:
+		if r.Replica == 0 {
+			return r, errors.New("replica is required")
+		}
+		if err := fenced(r); err != nil {
+			return r, err
+		}
 	case ExecRemove:
 		if r.Replica == 0 {
 			return r, errors.New("replica is required")
