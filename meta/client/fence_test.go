@@ -58,7 +58,7 @@ func TestCheckExecRefusesAnEndedTerm(t *testing.T) {
 // resolves the inherited operator) or for an intent that is not pending.
 func TestCheckExecGiveUp(t *testing.T) {
 	before, after, req := deposedStep(t)
-	req.Op, req.CCID = ExecGiveUp, 0
+	req.Op = ExecGiveUp
 	if v, why := CheckExec(before, req); v != ExecRun {
 		t.Fatalf("term 1's give-up of its pending intent: %v (%s), want run", v, why)
 	}
@@ -70,7 +70,7 @@ func TestCheckExecGiveUp(t *testing.T) {
 	if v, why := CheckExec(before, other); v != ExecRefuse || !strings.Contains(why, "not intent") {
 		t.Fatalf("a give-up of an intent that is not pending: %v (%s), want refused", v, why)
 	}
-	if _, err := DecodeExec([]byte(`{"op":"giveup","shard":1,"replica":3,"term":1,"operator":"op-1-6"}`)); err == nil {
-		t.Fatal("a give-up without its intent decoded")
+	if _, err := DecodeExec([]byte(`{"op":"giveup","shard":1,"replica":3,"term":1,"operator":"op-1-6","intent":7}`)); err == nil || !strings.Contains(err.Error(), "config change id") {
+		t.Fatalf("a give-up without its config change id: %v", err)
 	}
 }

@@ -78,14 +78,17 @@ const (
 	// replica's applied index, read locally (no quorum needed): the input
 	// of an operator's recovery.
 	ExecApplied = "applied"
-	// ExecGiveUp asks a member store to record, through the shard's own
-	// Raft log, that the leader gives up the intent (Operator, Intent):
-	// before it fails a step whose change may still be in flight. The
-	// shard's state machine answers OutcomeGivenUp when the give-up is the
-	// first word on that intent (no claim can succeed after it, so no
-	// change for it is proposed any more), or OutcomeClaimed when an
-	// executor claimed it first (its change may still apply: the step must
-	// not be failed). Fenced like a change: term and operator (CheckExec).
+	// ExecGiveUp asks a member store to give up the intent (Operator,
+	// Intent) in Raft, before the leader fails a step whose change may
+	// still be in flight: the store proposes, at the intent's config change
+	// id (CCID), a config change that changes no member (the removal of a
+	// replica id no replica ever has, FenceReplica). Once it applied, no
+	// proposal of the intent can apply (each names that id, and
+	// OrderedConfigChange applies a change only at the id it names):
+	// OutcomeGivenUp, Index its Raft index. When Raft's id has moved past
+	// CCID already, nothing is proposed: OutcomeApplied with the
+	// membership, which shows whether the step's own change moved it.
+	// Fenced like a change: term, operator, intent (CheckExec).
 	ExecGiveUp = "giveup"
 )
 
@@ -101,18 +104,19 @@ const (
 	// (a deposed leader's step, an unknown operator, a stale intent).
 	// Nothing was proposed.
 	OutcomeRefused = "refused"
-	// OutcomeGivenUp: the shard's state machine applied a give-up of the
-	// exec's intent before any claim of it (Index is the give-up's Raft
-	// index). For a give-up: the step may be failed safely. For a change:
-	// its executor proposed nothing.
+	// OutcomeGivenUp: a give-up's fence applied in Raft at Index: no
+	// change of the intent can apply any more, and the step may fail.
 	OutcomeGivenUp = "given-up"
-	// OutcomeClaimed: an executor claimed the intent in the shard's state
-	// machine before the give-up (Index is the claim's Raft index): its
-	// change may have been proposed and may still apply. The step is not
-	// failed; the change is re-sent (same intent, same config change id)
-	// and resolved by reading the membership.
-	OutcomeClaimed = "claimed"
 )
+
+// FenceReplica is the replica id a give-up removes to move a shard's config
+// change id past ccid without changing a member: an id in a range no
+// replica is ever given (termlog numbers replicas from 1 up), one per id.
+func FenceReplica(ccid uint64) uint64 { return FenceReplicaBase + ccid }
+
+// FenceReplicaBase is where the give-ups' replica ids begin (see
+// FenceReplica); a replica id at or above it names no replica.
+const FenceReplicaBase = 1 << 62
 
 // ExecRequest asks a member store to change or read a shard's membership.
 //
@@ -146,8 +150,8 @@ type ExecReply struct {
 	// ExecApplied: the store's replica of the shard and its applied index.
 	Replica uint64 `json:"replica,omitempty"`
 	Applied uint64 `json:"applied,omitempty"`
-	// OutcomeGivenUp, OutcomeClaimed: the Raft index of the entry that
-	// decided the intent (the give-up, or the claim that came first).
+	// OutcomeGivenUp: the Raft index of the give-up's fence (Raft's
+	// config change id after it).
 	Index uint64 `json:"index,omitempty"`
 }
 
@@ -218,19 +222,22 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 		if r.Replica == 0 {
 			return r, errors.New("replica is required")
 		}
+		if r.CCID == 0 {
+			return r, errors.New("a give-up needs the intent's config change id")
+		}
 		if err := fenced(r); err != nil {
 			return r, err
 		}
 	case ExecRemove:
-		if r.Replica == 0 {
-			return r, errors.New("replica is required")
+		if r.Replica == 0 || r.Replica >= FenceReplicaBase {
+			return r, errors.New("replica is required (below the give-ups' fence ids)")
 		}
 		if err := fenced(r); err != nil {
 			return r, err
 		}
 	case ExecAdd:
-		if r.Replica == 0 {
-			return r, errors.New("replica is required")
+		if r.Replica == 0 || r.Replica >= FenceReplicaBase {
+			return r, errors.New("replica is required (below the give-ups' fence ids)")
 		}
 		if err := fenced(r); err != nil {
 			return r, err

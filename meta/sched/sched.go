@@ -153,13 +153,10 @@ type shardMem struct {
 	lastErr   string
 	// The current step's fence in Raft (see intent): touched, a change
 	// was sent in it; failWhy, the failure waiting for its give-up's
-	// answer; giveUp, that answer, not yet used; claimed, Raft answered
-	// that an executor claimed the intent first (at claimIndex).
-	touched    bool
-	failWhy    string
-	giveUp     *Result
-	claimed    bool
-	claimIndex uint64
+	// answer; giveUp, that answer, not yet used.
+	touched bool
+	failWhy string
+	giveUp  *Result
 	// shortSince is when the health first saw fewer members running on
 	// live stores than a quorum, without a break since (zero: not short).
 	shortSince time.Time
@@ -557,7 +554,7 @@ func (d *decider) executor(sh *projections.Shard, sv shardView, avoid uint64) st
 func (d *decider) step(id uint64, s *shardMem, key string) (deadline time.Time, expired bool) {
 	if s.step != key {
 		s.step, s.stepSince, s.result, s.read, s.sent, s.waitUntil = key, d.in.Now, nil, nil, false, time.Time{}
-		s.touched, s.failWhy, s.giveUp, s.claimed, s.claimIndex = false, "", nil, false, 0
+		s.touched, s.failWhy, s.giveUp = false, "", nil
 	}
 	deadline = s.stepSince.Add(d.in.Config.StepTimeout)
 	return deadline, !d.in.Now.Before(deadline)
@@ -683,7 +680,7 @@ func (d *decider) fail(sh *projections.Shard, op *projections.Operator, sv shard
 	}
 	out = append(out, events.OperatorFailed{Op: op.ID, Shard: sh.ID, Reason: reason})
 	s.result, s.read, s.step, s.sent = nil, nil, "", false
-	s.touched, s.failWhy, s.giveUp, s.claimed, s.claimIndex = false, "", nil, false, 0
+	s.touched, s.failWhy, s.giveUp = false, "", nil
 	s.lastErr = reason
 	if backoff {
 		s.failures++
@@ -791,37 +788,33 @@ func outcome(sh *projections.Shard, op string, r uint64, p projections.Pending, 
 // is failed only after a membership read taken after the last send (rule
 // 3): until one succeeds the intent stays pending and the shard waits.
 //
-// A read is not enough once a change was sent: a proposal in flight (or an
-// exec the store still holds) may commit after any read. The change's
-// executor claims the intent in the shard's own Raft log before it
-// proposes (logstore); so before failing a step that sent a change, the
-// leader has a member store give the intent up through the same log
-// (client.ExecGiveUp). Given up first: no claim can succeed any more and
-// the step fails. Claimed first: the change may still apply, so the step
-// is never failed by its clock: the change is re-sent (the same intent and
-// config change id: at most one change applies at that id) and read back,
-// until the membership shows it (its outcome is recorded) or has moved past
-// its config change id without it (it can never apply: the step fails).
+// A read is not enough once a change was sent: a proposal in flight, or an
+// exec a store still holds, may commit after any read (bugLateExec). Every
+// proposal of the intent names the intent's config change id (the store's
+// executor proposes on it or not at all, and OrderedConfigChange applies a
+// change only at the id it names), so the step's change can never apply
+// once Raft's config change id has moved past it. Before failing a step
+// that sent its change, the leader has a member store give the intent up
+// in Raft (client.ExecGiveUp): the store proposes a config change that
+// changes no member at that id, the fence. Fence applied: nothing of the
+// step can apply any more, and the step fails naming the fence's index.
+// Raft's id had moved already: the membership read with the answer says
+// whether by the step's own change (its outcome is recorded) or not (the
+// step fails). No answer: the give-up is sent again, nothing else is.
 func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, seq, r uint64, p projections.Pending) ([]events.Payload, []Exec) {
 	deadline, expired := d.step(sh.ID, &s, fmt.Sprintf("intent %d", seq))
 	if g := s.giveUp; g != nil {
 		s.giveUp = nil
-		switch g.Reply.Outcome {
-		case client.OutcomeGivenUp:
-			var read *Result
-			if len(g.Reply.Replicas) > 0 {
-				read = g
-				if visible(d, p, r, g.Reply.Replicas) {
-					s.failWhy, s.result, s.sent = "", nil, false
-					d.mem.set(sh.ID, s)
-					return []events.Payload{outcome(sh, op.ID, r, p, max(g.Reply.CCID, sh.CCID), "")}, nil
-				}
-			}
-			return d.fail(sh, op, sv, s, read, fmt.Sprintf("%s; given up in Raft at index %d", s.failWhy, g.Reply.Index), true), nil
-		case client.OutcomeClaimed:
-			// Not ours to fail: read what Raft did, then re-send.
-			s.failWhy, s.claimed, s.claimIndex = "", true, g.Reply.Index
-			s.result, s.sent, s.waitUntil = nil, true, time.Time{}
+		switch {
+		case g.Reply.Outcome == client.OutcomeGivenUp:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up in Raft: config change id %d fenced at index %d", s.failWhy, p.CCID, g.Reply.Index), true), nil
+		case g.Reply.Outcome == client.OutcomeApplied && len(g.Reply.Replicas) > 0 && visible(d, p, r, g.Reply.Replicas):
+			s.failWhy, s.result, s.sent = "", nil, false
+			d.mem.set(sh.ID, s)
+			note := fmt.Sprintf("applied before its step's give-up (config change id %d moved to %d)", p.CCID, g.Reply.CCID)
+			return []events.Payload{outcome(sh, op.ID, r, p, max(g.Reply.CCID, sh.CCID), note)}, nil
+		case g.Reply.Outcome == client.OutcomeApplied && len(g.Reply.Replicas) > 0 && g.Reply.CCID != p.CCID:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up: Raft's config change id moved past %d (now %d) without it, so it can never apply", s.failWhy, p.CCID, g.Reply.CCID), true), nil
 		default:
 			s.lastErr = "give-up: " + lastError(g)
 			s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
@@ -829,12 +822,12 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 	}
 	if s.failWhy != "" {
 		// Giving up: nothing is sent, read or failed until Raft says
-		// whose the intent is.
+		// that nothing of the step can apply any more.
 		if d.in.Now.Before(s.waitUntil) {
 			d.mem.set(sh.ID, s)
 			return nil, nil
 		}
-		return d.giveUpExec(sh, sv, s, op, seq, r, deadline)
+		return d.giveUpExec(sh, sv, s, op, seq, r, p, deadline)
 	}
 	if read := s.read; read != nil {
 		s.read = nil
@@ -850,31 +843,15 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 			return nil, nil
 		}
 		if visible(d, p, r, read.Reply.Replicas) {
-			note := ""
-			if s.claimed {
-				note = fmt.Sprintf("claimed in Raft at index %d before its give-up: re-sent with ccid %d and read back", s.claimIndex, p.CCID)
-			}
 			s.result, s.sent = nil, false
 			d.mem.set(sh.ID, s)
-			return []events.Payload{outcome(sh, op.ID, r, p, max(read.Reply.CCID, sh.CCID), note)}, nil
-		}
-		if s.claimed {
-			if read.Reply.CCID != p.CCID {
-				// Every proposal of the intent names its config change
-				// id: once Raft's moved past it, none can apply.
-				return d.fail(sh, op, sv, s, read, fmt.Sprintf("%s replica %d: claimed in Raft at index %d, but the membership moved past its config change id %d (now %d) without it: it can never apply", p.Kind, r, s.claimIndex, p.CCID, read.Reply.CCID), true), nil
-			}
-			// Claimed, not applied: re-sent, paced, whatever the clock.
-			s.result, s.sent = nil, false
-			s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
-			d.mem.set(sh.ID, s)
-			return nil, nil
+			return []events.Payload{outcome(sh, op.ID, r, p, max(read.Reply.CCID, sh.CCID), "")}, nil
 		}
 		if s.result != nil && s.result.Reply.Outcome == client.OutcomeRejected {
-			return d.failStep(sh, op, sv, s, read, seq, r, deadline, fmt.Sprintf("%s replica %d rejected by raft: %s", p.Kind, r, s.result.Reply.Error))
+			return d.failStep(sh, op, sv, s, read, seq, r, p, deadline, fmt.Sprintf("%s replica %d rejected by raft: %s", p.Kind, r, s.result.Reply.Error))
 		}
 		if expired {
-			return d.failStep(sh, op, sv, s, read, seq, r, deadline, fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, lastError(s.result)))
+			return d.failStep(sh, op, sv, s, read, seq, r, p, deadline, fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, lastError(s.result)))
 		}
 		// Not applied, not rejected: it may be sent again, paced.
 		s.result, s.sent = nil, false
@@ -888,13 +865,9 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 	}
 	if res := s.result; res != nil {
 		if res.Reply.Outcome == client.OutcomeApplied {
-			note := ""
-			if s.claimed {
-				note = fmt.Sprintf("claimed in Raft at index %d before its give-up: re-sent with ccid %d", s.claimIndex, p.CCID)
-			}
 			s.result, s.sent = nil, false
 			d.mem.set(sh.ID, s)
-			return []events.Payload{outcome(sh, op.ID, r, p, max(res.Reply.CCID, sh.CCID), note)}, nil
+			return []events.Payload{outcome(sh, op.ID, r, p, max(res.Reply.CCID, sh.CCID), "")}, nil
 		}
 		// Rejected, unknown, retry, refused, error: what did Raft do?
 		s.lastErr = lastError(res)
@@ -921,13 +894,13 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 	if why == "" && st == "" {
 		why = "no member runs on a live store to execute the change"
 	}
-	if expired && !s.claimed {
+	if expired {
 		if why == "" {
 			why = fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, s.lastErr)
 		}
 		// Nothing sent since the last read showed it not applied; a
 		// change sent before it may still be in flight (failStep).
-		return d.failStep(sh, op, sv, s, nil, seq, r, deadline, why)
+		return d.failStep(sh, op, sv, s, nil, seq, r, p, deadline, why)
 	}
 	if why != "" {
 		d.mem.set(sh.ID, s)
@@ -941,34 +914,28 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 // failStep fails op's step for reason, after the read r. A step that never
 // sent its change fails at once; one that did may have a proposal in
 // flight, so its intent is first given up in Raft (giveUpExec): the step
-// fails when Raft answers "given up", and goes on when it answers
-// "claimed".
-func (d *decider) failStep(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, r *Result, seq, replica uint64, deadline time.Time, reason string) ([]events.Payload, []Exec) {
+// fails once Raft's config change id has moved past the intent's.
+func (d *decider) failStep(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, r *Result, seq, replica uint64, p projections.Pending, deadline time.Time, reason string) ([]events.Payload, []Exec) {
 	if !s.touched {
 		return d.fail(sh, op, sv, s, r, reason, true), nil
 	}
-	var evs []events.Payload
-	if r != nil {
-		// Record what the read showed now: the give-up may take a while.
-		if ev, _ := d.observed(sh, sv, r.Reply.CCID, r.Reply.Replicas, 0); ev != nil {
-			evs = append(evs, ev)
-		}
-	}
 	s.failWhy, s.waitUntil = reason, time.Time{}
-	e, x := d.giveUpExec(sh, sv, s, op, seq, replica, deadline)
-	return append(evs, e...), x
+	return d.giveUpExec(sh, sv, s, op, seq, replica, p, deadline)
 }
 
-// giveUpExec sends the give-up of op's intent seq (replica) to a live
-// member store, or records that none can take it.
-func (d *decider) giveUpExec(sh *projections.Shard, sv shardView, s shardMem, op *projections.Operator, seq, replica uint64, deadline time.Time) ([]events.Payload, []Exec) {
+// giveUpExec sends the give-up of op's intent seq (replica, decided at
+// config change id p.CCID) to a live member store, or records that none
+// can take it.
+func (d *decider) giveUpExec(sh *projections.Shard, sv shardView, s shardMem, op *projections.Operator, seq, replica uint64, p projections.Pending, deadline time.Time) ([]events.Payload, []Exec) {
 	st := d.executor(sh, sv, 0)
 	d.mem.set(sh.ID, s)
 	if st == "" {
 		return block(sh, fmt.Sprintf("cannot give up intent %d of %s in Raft: no member runs on a live store (%s)", seq, op.ID, s.failWhy)), nil
 	}
-	req := client.ExecRequest{Op: client.ExecGiveUp, Shard: sh.ID, Replica: replica, Term: d.in.Term, Operator: op.ID, Intent: seq}
-	return nil, []Exec{{Store: st, Req: req, Deadline: d.execDeadline(deadline)}}
+	req := client.ExecRequest{Op: client.ExecGiveUp, Shard: sh.ID, Replica: replica, Term: d.in.Term, Operator: op.ID, Intent: seq, CCID: p.CCID}
+	// Its own bound (the step's is over): a proposal and its commit, as
+	// long as a step may take.
+	return nil, []Exec{{Store: st, Req: req, Deadline: d.in.Now.Add(d.in.Config.StepTimeout)}}
 }
 
 func lastError(r *Result) string {
