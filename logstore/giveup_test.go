@@ -1,10 +1,17 @@
 package logstore
 
 import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/view"
 )
 
 // TestGiveUpFencesALateChange, on three real NodeHosts: a give-up at the
@@ -82,5 +89,72 @@ func TestGiveUpFencesALateChange(t *testing.T) {
 	mustCount(t, h2, 1, 2)
 	if m, err := h2.Membership(ctxTimeout(t, 10*time.Second), 1); err != nil || !m.IsRemoved(client.FenceReplica(base)) || m.IsMember(3) {
 		t.Fatalf("membership on the restarted replica: %+v %v", m, err)
+	}
+}
+
+// TestStoreExecGiveUp: the store's executor runs a give-up for the pending
+// intent of a running operator of the current term (the fence applies:
+// given-up, with the membership after it and the fence's index), after
+// which the step's change is refused by Raft's moved config change id; a
+// give-up of an ended term is refused by the store's fence.
+func TestStoreExecGiveUp(t *testing.T) {
+	c := newCluster(t, 3)
+	for i, h := range c.hosts {
+		if err := h.startMember(1, uint64(i+1), c.initial(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAgree(t, 1, []uint64{1, 2, 3}, c.hosts...)
+	m0, err := c.hosts[0].Membership(ctxTimeout(t, 5*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := events.NewMemLog()
+	ctx := context.Background()
+	app := func(term uint64, writer string, ps ...events.Payload) uint64 {
+		t.Helper()
+		tail, _ := mem.Tail(ctx)
+		var evs []events.Event
+		for _, p := range ps {
+			evs = append(evs, events.Event{Term: term, Writer: writer, At: time.Unix(0, 0), Data: p})
+		}
+		seq, err := mem.Append(ctx, tail, evs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	app(1, "meta-1", append([]events.Payload{events.TermStarted{Term: 1, Leader: "meta-1"}}, with(created(),
+		events.OperatorStarted{Op: "op-1-6", Shard: 1, Remove: 3})...)...)
+	intent := app(1, "meta-1", events.ShardReplicaRemoving{Shard: 1, Replica: 3, Store: "s3", CCID: m0.CCID, Op: "op-1-6"})
+	proj := view.NewProjector(mem, testkit.Logger(t), nil)
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = proj.Run(pctx) }()
+	defer func() { cancel(); <-done }()
+
+	s := &Store{host: c.hosts[0], proj: proj, logger: testkit.Logger(t)}
+	exec := func(req client.ExecRequest) client.ExecReply {
+		t.Helper()
+		req.TimeoutMS = 10_000
+		b, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.exec(ctx, b)
+	}
+	giveUp := client.ExecRequest{Op: client.ExecGiveUp, Shard: 1, Replica: 3, CCID: m0.CCID, Term: 1, Operator: "op-1-6", Intent: intent}
+	rep := exec(giveUp)
+	if rep.Outcome != client.OutcomeGivenUp || rep.Index <= m0.CCID || rep.CCID != rep.Index || len(rep.Replicas) != 3 || !slices.Contains(rep.Removed, client.FenceReplica(m0.CCID)) {
+		t.Fatalf("give-up of the pending intent: %+v (ccid before %d)", rep, m0.CCID)
+	}
+	change := giveUp
+	change.Op = client.ExecRemove
+	if late := exec(change); late.Outcome != client.OutcomeRejected || len(late.Replicas) != 3 {
+		t.Fatalf("the step's change after its give-up: %+v", late)
+	}
+	app(2, "meta-2", events.TermStarted{Term: 2, Leader: "meta-2"})
+	if old := exec(giveUp); old.Outcome != client.OutcomeRefused || !strings.Contains(old.Error, "term 1 is over") {
+		t.Fatalf("a give-up of an ended term: %+v", old)
 	}
 }
