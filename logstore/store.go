@@ -304,7 +304,7 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 			return client.ExecReply{Outcome: client.OutcomeRefused, Error: why}
 		}
 		res := s.host.GiveUp(ectx, req.Shard, req.CCID)
-		lg.Info().Str("operator", req.Operator).Uint64("intent", req.Intent).Uint64("ccid", req.CCID).Str("result", res.String()).Msg("give-up: config change id fenced in raft")
+		lg.Info().Str("operator", req.Operator).Uint64("intent", req.Intent).Uint64("ccid", req.CCID).Str("result", res.String()).Msg("give-up of a step: its config change id fenced in raft, or found moved")
 		switch {
 		case res.Outcome == Applied:
 			rep := client.ExecReply{Outcome: client.OutcomeGivenUp, CCID: res.CCID, Index: res.CCID}

@@ -25,7 +25,10 @@
 //     anything else is planned on the shard; an inherited operator, or a
 //     step that did not apply, is failed only after a fresh membership read
 //     from a live member, recorded in the same append, so every intent
-//     resolves to what Raft actually did.
+//     resolves to what Raft actually did. A step that sent its change is
+//     failed only once Raft can no longer apply it: after its intent was
+//     given up in Raft (client.ExecGiveUp: a fence at the intent's config
+//     change id; see intent).
 package sched
 
 import (
