@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,9 @@ func TestCheckExecGiveUp(t *testing.T) {
 	}
 	if _, err := DecodeExec([]byte(`{"op":"giveup","shard":1,"replica":3,"term":1,"operator":"op-1-6","intent":7}`)); err == nil || !strings.Contains(err.Error(), "config change id") {
 		t.Fatalf("a give-up without its config change id: %v", err)
+	}
+	// A fence id is never a replica a change may name.
+	if _, err := DecodeExec([]byte(fmt.Sprintf(`{"op":"remove","shard":1,"replica":%d,"term":1,"operator":"op-1-6","intent":7,"ccid":3}`, FenceReplica(3)))); err == nil {
+		t.Fatal("a removal of a fence id decoded")
 	}
 }
