@@ -45,9 +45,10 @@ func (v ExecVerdict) String() string {
 // req.Operator, not yet resolved — under req.Term, and that term is still
 // the current one. The reason says why for every verdict but ExecRun.
 // Membership reads are not fenced; CheckExec runs them. A give-up
-// (ExecGiveUp) is fenced by the same term and operator checks: it runs
-// only for the pending intent of a running operator of the current term
-// (a deposed leader gives nothing up), and never answers ExecDone.
+// (ExecGiveUp) is fenced by the same checks but one: it runs only for the
+// pending intent of a running operator under the current term (a deposed
+// leader gives nothing up), which may be an operator the current leader
+// inherited from an earlier term; it never answers ExecDone.
 func CheckExec(v *projections.State, req ExecRequest) (ExecVerdict, string) {
 	if req.Op == ExecMembership || req.Op == ExecApplied {
 		return ExecRun, ""
@@ -80,7 +81,9 @@ func CheckExec(v *projections.State, req ExecRequest) (ExecVerdict, string) {
 	if !ok || op.Shard != req.Shard {
 		return ExecRefuse, fmt.Sprintf("operator %s is not running on shard %d", req.Operator, req.Shard)
 	}
-	if op.Term != req.Term {
+	if op.Term != req.Term && (req.Op != ExecGiveUp || op.Term > req.Term) {
+		// A give-up may name an older term's operator: the current
+		// leader gives up what it inherited before failing it.
 		return ExecRefuse, fmt.Sprintf("operator %s belongs to term %d, not %d", op.ID, op.Term, req.Term)
 	}
 	p, ok := sh.Pending[req.Replica]

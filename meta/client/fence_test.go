@@ -54,9 +54,9 @@ func TestCheckExecRefusesAnEndedTerm(t *testing.T) {
 }
 
 // TestCheckExecGiveUp: a give-up is fenced like a change: it runs for the
-// pending intent of a running operator of the current term, and is refused
-// once that term is over (a deposed leader gives nothing up: the new leader
-// resolves the inherited operator) or for an intent that is not pending.
+// pending intent of a running operator under the current term, also one
+// the current term inherited, and is refused once its term is over (a
+// deposed leader gives nothing up) or for an intent that is not pending.
 func TestCheckExecGiveUp(t *testing.T) {
 	before, after, req := deposedStep(t)
 	req.Op = ExecGiveUp
@@ -65,6 +65,11 @@ func TestCheckExecGiveUp(t *testing.T) {
 	}
 	if v, why := CheckExec(after, req); v != ExecRefuse || !strings.Contains(why, "term 1 is over") {
 		t.Fatalf("term 1's give-up after term 2 started: %v (%s), want refused: term 1 is over", v, why)
+	}
+	inherited := req
+	inherited.Term = 2
+	if v, why := CheckExec(after, inherited); v != ExecRun {
+		t.Fatalf("term 2's give-up of the operator it inherited from term 1: %v (%s), want run", v, why)
 	}
 	other := req
 	other.Intent--

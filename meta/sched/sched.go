@@ -702,11 +702,17 @@ func (d *decider) operator(sh *projections.Shard, op *projections.Operator, sv s
 		// Inherited: nobody drives it any more. Fail it only after
 		// reading what Raft did with its intents.
 		deadline, _ := d.step(sh.ID, &s, "inherited "+op.ID)
+		reason := fmt.Sprintf("abandoned by a leader change (term %d -> %d)", op.Term, d.in.Term)
+		if seq, r, p, ok := intentOf(sh, op.ID); ok && p.CCID != 0 {
+			// The old leader's change may still be on its way to Raft:
+			// give the intent up there first.
+			return d.giveUpInherited(sh, op, sv, s, seq, r, p, deadline, reason)
+		}
 		read, evs, execs := d.freshRead(sh, sv, &s, deadline)
 		if read == nil {
 			return evs, execs
 		}
-		return d.fail(sh, op, sv, s, read, fmt.Sprintf("abandoned by a leader change (term %d -> %d)", op.Term, d.in.Term), false), nil
+		return d.fail(sh, op, sv, s, read, reason, false), nil
 	}
 	if seq, r, p, ok := intentOf(sh, op.ID); ok {
 		return d.intent(sh, op, sv, s, seq, r, p)
@@ -912,6 +918,31 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 	s.sent, s.touched = true, true
 	d.mem.set(sh.ID, s)
 	return nil, []Exec{{Store: st, Req: req, Deadline: d.execDeadline(deadline)}}
+}
+
+// giveUpInherited fails an inherited operator with a pending intent once
+// the intent was given up in Raft: the fence applied, or Raft's config
+// change id had moved past the intent's (by its change or another); the
+// membership of the answer is recorded first, so the intent resolves to
+// what Raft did.
+func (d *decider) giveUpInherited(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, seq, r uint64, p projections.Pending, deadline time.Time, reason string) ([]events.Payload, []Exec) {
+	if g := s.giveUp; g != nil {
+		s.giveUp = nil
+		switch {
+		case g.Reply.Outcome == client.OutcomeGivenUp:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up in Raft: config change id %d fenced at index %d", reason, p.CCID, g.Reply.Index), false), nil
+		case g.Reply.Outcome == client.OutcomeApplied && len(g.Reply.Replicas) > 0 && g.Reply.CCID != p.CCID:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up: Raft's config change id had moved past %d (now %d)", reason, p.CCID, g.Reply.CCID), false), nil
+		}
+		s.lastErr = "give-up: " + lastError(g)
+		s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
+	}
+	if d.in.Now.Before(s.waitUntil) {
+		d.mem.set(sh.ID, s)
+		return nil, nil
+	}
+	s.failWhy = reason
+	return d.giveUpExec(sh, sv, s, op, seq, r, p, deadline)
 }
 
 // failStep fails op's step for reason, after the read r. A step that never

@@ -278,7 +278,9 @@ type simWorld struct {
 	// to show that a kept schedule replays what it says: bugOrphan, the
 	// fence's catch-up with the stream's tail (it waits for the intent
 	// only); bugStaleBase, the rejection of a change decided on a
-	// membership Raft moved past; bugPrefix, the catch-up before a start.
+	// membership Raft moved past; bugPrefix, the catch-up before a start;
+	// bugLateExec, the give-up's fence in Raft (the store answers "given
+	// up" without fencing anything).
 	without int
 	quiet   bool // a quiet time or the heal: no fault at all
 	// raftChanges counts Raft leader elections (the environment changing
@@ -1718,7 +1720,10 @@ const simFixed = bugOrphan | bugStaleBase | bugPrefix | bugLateExec
 // projection has not folded the new term.started yet (CheckExec then finds
 // the term current) and proposes while the new leader's read is in flight.
 // Raft then applies a change the log has no intent for. Fixed by the
-// store's fence catching up with the stream's tail (logstore.Store.fence).
+// store's fence catching up with the stream's tail (logstore.Store.fence),
+// and again by the new leader giving the inherited intent up in Raft
+// before it fails the operator: its kept schedule finds the bug with both
+// defences taken out.
 func TestSimulationOrphanCommit(t *testing.T) {
 	simCheck(t, simFixed)
 }
@@ -1792,8 +1797,8 @@ func TestSimulationKeptSchedules(t *testing.T) {
 		orphans bool   // an orphan commit happens
 		file    string // the kept schedule, if the test keeps more than one
 	}{
-		{"TestSimulationOrphanCommit", bugOrphan, "orphan commit", true, ""},
-		{"TestSimulationStaleBase", bugStaleBase | bugOrphan, "it was decided on the projected membership at ccid", true, ""},
+		{"TestSimulationOrphanCommit", bugOrphan | bugLateExec, "orphan commit", true, ""},
+		{"TestSimulationStaleBase", bugStaleBase | bugOrphan | bugLateExec, "it was decided on the projected membership at ccid", true, ""},
 		{"TestSimulationPrefixPlan", bugPrefix, "the store plans on a prefix", false, ""},
 		{"TestSimulationLateExecOrphan", bugLateExec, "committed after its operator was failed", true, "TestSimulationLateExecOrphan-no-fence.fail"},
 	} {
