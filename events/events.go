@@ -66,6 +66,9 @@
 //	    store        the store it is (to be) on
 //	    ccid         the config change id the change was proposed at
 //	    op           the operator whose step it is (absent: none)
+//	    note         an outcome's provenance, when it is not plain: e.g. its
+//	                 step's give-up found the intent claimed in Raft and the
+//	                 change was re-sent with its config change id
 //	shard.observed (ShardObserved)
 //	    shard        the shard
 //	    ccid         Raft's config change id: applied only when newer than the projected one
@@ -232,6 +235,10 @@ type ReplicaChange struct {
 	Store   string `json:"store"`
 	CCID    uint64 `json:"ccid"`
 	Op      string `json:"op,omitempty"`
+	// Note says how an outcome was resolved when it is not plain (the
+	// step's give-up found the intent claimed in Raft: the change was
+	// re-sent with the same config change id and read back).
+	Note string `json:"note,omitempty"`
 }
 
 // ShardReplicaAdding is the intent to add a replica.

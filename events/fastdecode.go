@@ -535,7 +535,7 @@ func replicaChange(s *scanner) ReplicaChange {
 	var p ReplicaChange
 	var seen uint32
 	for more := s.open(); more; more = s.more() {
-		switch s.field(&seen, "shard", "replica", "store", "ccid", "op") {
+		switch s.field(&seen, "shard", "replica", "store", "ccid", "op", "note") {
 		case 0:
 			p.Shard = s.uint64()
 		case 1:
@@ -546,6 +546,8 @@ func replicaChange(s *scanner) ReplicaChange {
 			p.CCID = s.uint64()
 		case 4:
 			p.Op = s.string()
+		case 5:
+			p.Note = s.string()
 		}
 	}
 	return p

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/lni/dragonboat/v4"
+
+	"github.com/termlog/termlog/meta/client"
 )
 
 // Membership is a shard's membership as Raft has applied it, read
@@ -234,6 +236,41 @@ func (h *Host) RemoveReplicaOn(ctx context.Context, shard, replica, base uint64)
 			return !m.IsMember(replica), ""
 		},
 		visible: func(m *Membership) bool { return !m.IsMember(replica) },
+	})
+}
+
+// GiveUp fences the shard's config change id base: it proposes, at base,
+// the removal of client.FenceReplica(base), a replica id no replica ever
+// has: a config change of no member that moves Raft's config change id
+// past base. Every change the scheduler asks for names the id it was
+// decided on (AddReplicaOn, RemoveReplicaOn) and OrderedConfigChange
+// applies a change only at the id it names, so once the fence applied no
+// proposal at base can apply any more: a late one, of a step the leader
+// gives up, is rejected. The leader fails a step that sent its change only
+// after this (client.ExecGiveUp).
+//
+// Applied: the fence applied (now or by an earlier give-up); CCID is
+// Raft's config change id read after it. Rejected: Raft's id had moved
+// past base already and nothing was proposed (or the fence lost the race
+// to another change at base): Membership shows what moved it. Retry,
+// Unknown: no outcome; give up again. ctx bounds it; give it a deadline.
+func (h *Host) GiveUp(ctx context.Context, shard, base uint64) Result {
+	fence := client.FenceReplica(base)
+	if base == 0 {
+		return Result{Outcome: Failed, Reason: "no config change id to fence"}
+	}
+	return h.execute(ctx, shard, change{
+		base: base,
+		what: fmt.Sprintf("fence config change id %d of shard %d (remove replica id %d, no member)", base, shard, fence),
+		request: func(ctx context.Context, ccid uint64) error {
+			nh, release := h.acquire()
+			defer release()
+			return nh.SyncRequestDeleteReplica(ctx, shard, fence, ccid)
+		},
+		check: func(m *Membership) (bool, string) {
+			return m.IsRemoved(fence), ""
+		},
+		visible: func(m *Membership) bool { return m.IsRemoved(fence) },
 	})
 }
 

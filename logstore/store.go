@@ -296,6 +296,36 @@ func (s *Store) exec(ctx context.Context, data []byte) client.ExecReply {
 			return client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
 		}
 		return withMembership(client.ExecReply{Outcome: client.OutcomeApplied}, m)
+	case client.ExecGiveUp:
+		verdict, why := s.fence(ectx, req)
+		if verdict != client.ExecRun {
+			lg.Warn().Uint64("term", req.Term).Str("operator", req.Operator).Uint64("intent", req.Intent).Str("reason", why).Msg("give-up refused: not a pending intent of a running operator of the current term here")
+			s.refused.Add(1)
+			return client.ExecReply{Outcome: client.OutcomeRefused, Error: why}
+		}
+		res := s.host.GiveUp(ectx, req.Shard, req.CCID)
+		lg.Info().Str("operator", req.Operator).Uint64("intent", req.Intent).Uint64("ccid", req.CCID).Str("result", res.String()).Msg("give-up of a step: its config change id fenced in raft, or found moved")
+		switch {
+		case res.Outcome == Applied:
+			rep := client.ExecReply{Outcome: client.OutcomeGivenUp, CCID: res.CCID, Index: res.CCID}
+			if res.Membership != nil {
+				rep = withMembership(rep, res.Membership)
+				rep.Index = res.Membership.CCID
+			}
+			return rep
+		case res.Outcome == Rejected && res.Membership != nil:
+			// Raft's id moved past the intent's: the membership says by
+			// what (the step's own change, or another).
+			return withMembership(client.ExecReply{Outcome: client.OutcomeApplied, Error: res.Reason}, res.Membership)
+		}
+		rep := client.ExecReply{Outcome: client.OutcomeError, Error: res.Reason}
+		switch res.Outcome {
+		case Retry:
+			rep.Outcome = client.OutcomeRetry
+		case Unknown:
+			rep.Outcome = client.OutcomeUnknown
+		}
+		return rep
 	case client.ExecAdd, client.ExecRemove:
 		if req.Op == client.ExecAdd {
 			if err := s.cfg.Failpoints.Hit(ectx, FPExecAdd); err != nil {

@@ -127,6 +127,9 @@ func replicaChange(d events.ReplicaChange) string {
 	if d.Op != "" {
 		s += " op=" + d.Op
 	}
+	if d.Note != "" {
+		s += " note=" + strconv.Quote(d.Note)
+	}
 	return s
 }
 

@@ -44,7 +44,11 @@ func (v ExecVerdict) String() string {
 // shard.replica.adding/removing event at req.Intent, of operator
 // req.Operator, not yet resolved — under req.Term, and that term is still
 // the current one. The reason says why for every verdict but ExecRun.
-// Membership reads are not fenced; CheckExec runs them.
+// Membership reads are not fenced; CheckExec runs them. A give-up
+// (ExecGiveUp) is fenced by the same checks but one: it runs only for the
+// pending intent of a running operator under the current term (a deposed
+// leader gives nothing up), which may be an operator the current leader
+// inherited from an earlier term; it never answers ExecDone.
 func CheckExec(v *projections.State, req ExecRequest) (ExecVerdict, string) {
 	if req.Op == ExecMembership || req.Op == ExecApplied {
 		return ExecRun, ""
@@ -68,14 +72,18 @@ func CheckExec(v *projections.State, req ExecRequest) (ExecVerdict, string) {
 	if !ok {
 		return ExecRefuse, fmt.Sprintf("unknown shard %d", req.Shard)
 	}
-	if done, why := outcomeRecorded(v, sh, req); done {
-		return ExecDone, why
+	if req.Op != ExecGiveUp {
+		if done, why := outcomeRecorded(v, sh, req); done {
+			return ExecDone, why
+		}
 	}
 	op, ok := v.Operators[req.Operator]
 	if !ok || op.Shard != req.Shard {
 		return ExecRefuse, fmt.Sprintf("operator %s is not running on shard %d", req.Operator, req.Shard)
 	}
-	if op.Term != req.Term {
+	if op.Term != req.Term && (req.Op != ExecGiveUp || op.Term > req.Term) {
+		// A give-up may name an older term's operator: the current
+		// leader gives up what it inherited before failing it.
 		return ExecRefuse, fmt.Sprintf("operator %s belongs to term %d, not %d", op.ID, op.Term, req.Term)
 	}
 	p, ok := sh.Pending[req.Replica]
@@ -84,6 +92,9 @@ func CheckExec(v *projections.State, req ExecRequest) (ExecVerdict, string) {
 	}
 	if p.Op != req.Operator || p.Seq != req.Intent {
 		return ExecRefuse, fmt.Sprintf("the pending change of replica %d is intent %d of %s, not intent %d of %s", req.Replica, p.Seq, p.Op, req.Intent, req.Operator)
+	}
+	if req.Op == ExecGiveUp {
+		return ExecRun, ""
 	}
 	want := projections.PendingRemoving
 	if req.Op == ExecAdd {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,37 @@ func TestCheckExecRefusesAnEndedTerm(t *testing.T) {
 	v, why := CheckExec(after, req)
 	if v != ExecRefuse || !strings.Contains(why, "term 1 is over") {
 		t.Fatalf("term 1's step after term 2 started: %v (%s), want refused: term 1 is over", v, why)
+	}
+}
+
+// TestCheckExecGiveUp: a give-up is fenced like a change: it runs for the
+// pending intent of a running operator under the current term, also one
+// the current term inherited, and is refused once its term is over (a
+// deposed leader gives nothing up) or for an intent that is not pending.
+func TestCheckExecGiveUp(t *testing.T) {
+	before, after, req := deposedStep(t)
+	req.Op = ExecGiveUp
+	if v, why := CheckExec(before, req); v != ExecRun {
+		t.Fatalf("term 1's give-up of its pending intent: %v (%s), want run", v, why)
+	}
+	if v, why := CheckExec(after, req); v != ExecRefuse || !strings.Contains(why, "term 1 is over") {
+		t.Fatalf("term 1's give-up after term 2 started: %v (%s), want refused: term 1 is over", v, why)
+	}
+	inherited := req
+	inherited.Term = 2
+	if v, why := CheckExec(after, inherited); v != ExecRun {
+		t.Fatalf("term 2's give-up of the operator it inherited from term 1: %v (%s), want run", v, why)
+	}
+	other := req
+	other.Intent--
+	if v, why := CheckExec(before, other); v != ExecRefuse || !strings.Contains(why, "not intent") {
+		t.Fatalf("a give-up of an intent that is not pending: %v (%s), want refused", v, why)
+	}
+	if _, err := DecodeExec([]byte(`{"op":"giveup","shard":1,"replica":3,"term":1,"operator":"op-1-6","intent":7}`)); err == nil || !strings.Contains(err.Error(), "config change id") {
+		t.Fatalf("a give-up without its config change id: %v", err)
+	}
+	// A fence id is never a replica a change may name.
+	if _, err := DecodeExec([]byte(fmt.Sprintf(`{"op":"remove","shard":1,"replica":%d,"term":1,"operator":"op-1-6","intent":7,"ccid":3}`, FenceReplica(3)))); err == nil {
+		t.Fatal("a removal of a fence id decoded")
 	}
 }

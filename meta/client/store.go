@@ -78,6 +78,18 @@ const (
 	// replica's applied index, read locally (no quorum needed): the input
 	// of an operator's recovery.
 	ExecApplied = "applied"
+	// ExecGiveUp asks a member store to give up the intent (Operator,
+	// Intent) in Raft, before the leader fails a step whose change may
+	// still be in flight: the store proposes, at the intent's config change
+	// id (CCID), a config change that changes no member (the removal of a
+	// replica id no replica ever has, FenceReplica). Once it applied, no
+	// proposal of the intent can apply (each names that id, and
+	// OrderedConfigChange applies a change only at the id it names):
+	// OutcomeGivenUp, Index its Raft index. When Raft's id has moved past
+	// CCID already, nothing is proposed: OutcomeApplied with the
+	// membership, which shows whether the step's own change moved it.
+	// Fenced like a change: term, operator, intent (CheckExec).
+	ExecGiveUp = "giveup"
 )
 
 // Exec outcomes, as classified by the executing store.
@@ -92,7 +104,19 @@ const (
 	// (a deposed leader's step, an unknown operator, a stale intent).
 	// Nothing was proposed.
 	OutcomeRefused = "refused"
+	// OutcomeGivenUp: a give-up's fence applied in Raft at Index: no
+	// change of the intent can apply any more, and the step may fail.
+	OutcomeGivenUp = "given-up"
 )
+
+// FenceReplica is the replica id a give-up removes to move a shard's config
+// change id past ccid without changing a member: an id in a range no
+// replica is ever given (termlog numbers replicas from 1 up), one per id.
+func FenceReplica(ccid uint64) uint64 { return FenceReplicaBase + ccid }
+
+// FenceReplicaBase is where the give-ups' replica ids begin (see
+// FenceReplica); a replica id at or above it names no replica.
+const FenceReplicaBase = 1 << 62
 
 // ExecRequest asks a member store to change or read a shard's membership.
 //
@@ -126,6 +150,9 @@ type ExecReply struct {
 	// ExecApplied: the store's replica of the shard and its applied index.
 	Replica uint64 `json:"replica,omitempty"`
 	Applied uint64 `json:"applied,omitempty"`
+	// OutcomeGivenUp: the Raft index of the give-up's fence (Raft's
+	// config change id after it).
+	Index uint64 `json:"index,omitempty"`
 }
 
 // validStore checks a store id and the incarnation it claims.
@@ -191,16 +218,26 @@ func DecodeExec(b []byte) (ExecRequest, error) {
 	}
 	switch r.Op {
 	case ExecMembership, ExecApplied:
-	case ExecRemove:
+	case ExecGiveUp:
 		if r.Replica == 0 {
 			return r, errors.New("replica is required")
+		}
+		if r.CCID == 0 {
+			return r, errors.New("a give-up needs the intent's config change id")
+		}
+		if err := fenced(r); err != nil {
+			return r, err
+		}
+	case ExecRemove:
+		if r.Replica == 0 || r.Replica >= FenceReplicaBase {
+			return r, errors.New("replica is required (below the give-ups' fence ids)")
 		}
 		if err := fenced(r); err != nil {
 			return r, err
 		}
 	case ExecAdd:
-		if r.Replica == 0 {
-			return r, errors.New("replica is required")
+		if r.Replica == 0 || r.Replica >= FenceReplicaBase {
+			return r, errors.New("replica is required (below the give-ups' fence ids)")
 		}
 		if err := fenced(r); err != nil {
 			return r, err

@@ -203,7 +203,7 @@ func renderMembers(m map[uint64]string) string {
 //	                     (a line "skipped shard=<n> replica=<n>" is a refused zombie)
 //	advance <duration>   moves the clock
 //	decide               decision passes until one appends nothing: events and execs
-//	result shard=<n> outcome=<o> [ccid=<n>] [replicas=<id=addr,...>] [error=<text>]
+//	result shard=<n> outcome=<o> [ccid=<n>] [replicas=<id=addr,...>] [error=<text>] [index=<n>]
 //	                     the in-flight exec of the shard came back
 //	health               the health the next decision reports
 //	state                the projected shards and operators
@@ -322,7 +322,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		if len(reps) == 0 {
 			reps = nil
 		}
-		w.mem = w.mem.WithResult(sched.Result{Exec: x, At: w.now, Reply: client.ExecReply{Outcome: args["outcome"], CCID: u64(args["ccid"]), Replicas: reps, Error: args["error"]}})
+		w.mem = w.mem.WithResult(sched.Result{Exec: x, At: w.now, Reply: client.ExecReply{Outcome: args["outcome"], CCID: u64(args["ccid"]), Replicas: reps, Error: args["error"], Index: u64(args["index"])}})
 		return "ok\n"
 	case "health":
 		return w.health()

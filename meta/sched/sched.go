@@ -25,7 +25,10 @@
 //     anything else is planned on the shard; an inherited operator, or a
 //     step that did not apply, is failed only after a fresh membership read
 //     from a live member, recorded in the same append, so every intent
-//     resolves to what Raft actually did.
+//     resolves to what Raft actually did. A step that sent its change is
+//     failed only once Raft can no longer apply it: after its intent was
+//     given up in Raft (client.ExecGiveUp: a fence at the intent's config
+//     change id; see intent).
 package sched
 
 import (
@@ -151,6 +154,12 @@ type shardMem struct {
 	sent      bool      // the current step's change was sent since the last read
 	waitUntil time.Time // the current step sends nothing before (paces retries)
 	lastErr   string
+	// The current step's fence in Raft (see intent): touched, a change
+	// was sent in it; failWhy, the failure waiting for its give-up's
+	// answer; giveUp, that answer, not yet used.
+	touched bool
+	failWhy string
+	giveUp  *Result
 	// shortSince is when the health first saw fewer members running on
 	// live stores than a quorum, without a break since (zero: not short).
 	shortSince time.Time
@@ -184,9 +193,12 @@ func (m Memory) WithResult(r Result) Memory {
 	s := n.shard(r.Exec.Req.Shard)
 	s.inFlight = false
 	rr := r
-	if r.Exec.Req.Op == client.ExecMembership {
+	switch r.Exec.Req.Op {
+	case client.ExecMembership:
 		s.read = &rr
-	} else {
+	case client.ExecGiveUp:
+		s.giveUp = &rr
+	default:
 		s.result = &rr
 	}
 	n.set(r.Exec.Req.Shard, s)
@@ -262,7 +274,7 @@ func progress(evs []events.Payload, execs []Exec) bool {
 		return true
 	}
 	for _, x := range execs {
-		if x.Req.Op != client.ExecMembership {
+		if x.Req.Op != client.ExecMembership && x.Req.Op != client.ExecGiveUp {
 			return true
 		}
 	}
@@ -280,9 +292,12 @@ func (d *decider) output(evs []events.Payload, execs []Exec) Output {
 	for _, x := range execs {
 		s := d.mem.shard(x.Req.Shard)
 		s.inFlight = true
-		if x.Req.Op == client.ExecMembership {
+		switch x.Req.Op {
+		case client.ExecMembership:
 			s.read = nil
-		} else {
+		case client.ExecGiveUp:
+			s.giveUp = nil
+		default:
 			s.result = nil
 		}
 		d.mem.set(x.Req.Shard, s)
@@ -542,6 +557,7 @@ func (d *decider) executor(sh *projections.Shard, sv shardView, avoid uint64) st
 func (d *decider) step(id uint64, s *shardMem, key string) (deadline time.Time, expired bool) {
 	if s.step != key {
 		s.step, s.stepSince, s.result, s.read, s.sent, s.waitUntil = key, d.in.Now, nil, nil, false, time.Time{}
+		s.touched, s.failWhy, s.giveUp = false, "", nil
 	}
 	deadline = s.stepSince.Add(d.in.Config.StepTimeout)
 	return deadline, !d.in.Now.Before(deadline)
@@ -667,6 +683,7 @@ func (d *decider) fail(sh *projections.Shard, op *projections.Operator, sv shard
 	}
 	out = append(out, events.OperatorFailed{Op: op.ID, Shard: sh.ID, Reason: reason})
 	s.result, s.read, s.step, s.sent = nil, nil, "", false
+	s.touched, s.failWhy, s.giveUp = false, "", nil
 	s.lastErr = reason
 	if backoff {
 		s.failures++
@@ -685,11 +702,17 @@ func (d *decider) operator(sh *projections.Shard, op *projections.Operator, sv s
 		// Inherited: nobody drives it any more. Fail it only after
 		// reading what Raft did with its intents.
 		deadline, _ := d.step(sh.ID, &s, "inherited "+op.ID)
+		reason := fmt.Sprintf("abandoned by a leader change (term %d -> %d)", op.Term, d.in.Term)
+		if seq, r, p, ok := intentOf(sh, op.ID); ok && p.CCID != 0 {
+			// The old leader's change may still be on its way to Raft:
+			// give the intent up there first.
+			return d.giveUpInherited(sh, op, sv, s, seq, r, p, deadline, reason)
+		}
 		read, evs, execs := d.freshRead(sh, sv, &s, deadline)
 		if read == nil {
 			return evs, execs
 		}
-		return d.fail(sh, op, sv, s, read, fmt.Sprintf("abandoned by a leader change (term %d -> %d)", op.Term, d.in.Term), false), nil
+		return d.fail(sh, op, sv, s, read, reason, false), nil
 	}
 	if seq, r, p, ok := intentOf(sh, op.ID); ok {
 		return d.intent(sh, op, sv, s, seq, r, p)
@@ -761,8 +784,8 @@ func visible(d *decider, p projections.Pending, r uint64, replicas map[uint64]st
 	return member && st != nil && st.RaftAddr == addr
 }
 
-func outcome(sh *projections.Shard, op string, r uint64, p projections.Pending, ccid uint64) events.Payload {
-	c := events.ReplicaChange{Shard: sh.ID, Replica: r, Store: p.Store, CCID: ccid, Op: op}
+func outcome(sh *projections.Shard, op string, r uint64, p projections.Pending, ccid uint64, note string) events.Payload {
+	c := events.ReplicaChange{Shard: sh.ID, Replica: r, Store: p.Store, CCID: ccid, Op: op, Note: note}
 	if p.Kind == projections.PendingRemoving {
 		return events.ShardReplicaRemoved(c)
 	}
@@ -773,8 +796,48 @@ func outcome(sh *projections.Shard, op string, r uint64, p projections.Pending, 
 // its outcome, or fail the operator. An operator whose step sent anything
 // is failed only after a membership read taken after the last send (rule
 // 3): until one succeeds the intent stays pending and the shard waits.
+//
+// A read is not enough once a change was sent: a proposal in flight, or an
+// exec a store still holds, may commit after any read (bugLateExec). Every
+// proposal of the intent names the intent's config change id (the store's
+// executor proposes on it or not at all, and OrderedConfigChange applies a
+// change only at the id it names), so the step's change can never apply
+// once Raft's config change id has moved past it. Before failing a step
+// that sent its change, the leader has a member store give the intent up
+// in Raft (client.ExecGiveUp): the store proposes a config change that
+// changes no member at that id, the fence. Fence applied: nothing of the
+// step can apply any more, and the step fails naming the fence's index.
+// Raft's id had moved already: the membership read with the answer says
+// whether by the step's own change (its outcome is recorded) or not (the
+// step fails). No answer: the give-up is sent again, nothing else is.
 func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, seq, r uint64, p projections.Pending) ([]events.Payload, []Exec) {
 	deadline, expired := d.step(sh.ID, &s, fmt.Sprintf("intent %d", seq))
+	if g := s.giveUp; g != nil {
+		s.giveUp = nil
+		switch {
+		case g.Reply.Outcome == client.OutcomeGivenUp:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up in Raft: config change id %d fenced at index %d", s.failWhy, p.CCID, g.Reply.Index), true), nil
+		case g.Reply.Outcome == client.OutcomeApplied && len(g.Reply.Replicas) > 0 && visible(d, p, r, g.Reply.Replicas):
+			s.failWhy, s.result, s.sent = "", nil, false
+			d.mem.set(sh.ID, s)
+			note := fmt.Sprintf("applied before its step's give-up (config change id %d moved to %d)", p.CCID, g.Reply.CCID)
+			return []events.Payload{outcome(sh, op.ID, r, p, max(g.Reply.CCID, sh.CCID), note)}, nil
+		case g.Reply.Outcome == client.OutcomeApplied && len(g.Reply.Replicas) > 0 && g.Reply.CCID != p.CCID:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up: Raft's config change id moved past %d (now %d) without it, so it can never apply", s.failWhy, p.CCID, g.Reply.CCID), true), nil
+		default:
+			s.lastErr = "give-up: " + lastError(g)
+			s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
+		}
+	}
+	if s.failWhy != "" {
+		// Giving up: nothing is sent, read or failed until Raft says
+		// that nothing of the step can apply any more.
+		if d.in.Now.Before(s.waitUntil) {
+			d.mem.set(sh.ID, s)
+			return nil, nil
+		}
+		return d.giveUpExec(sh, sv, s, op, seq, r, p, deadline)
+	}
 	if read := s.read; read != nil {
 		s.read = nil
 		if read.Reply.Outcome != client.OutcomeApplied {
@@ -791,13 +854,13 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 		if visible(d, p, r, read.Reply.Replicas) {
 			s.result, s.sent = nil, false
 			d.mem.set(sh.ID, s)
-			return []events.Payload{outcome(sh, op.ID, r, p, max(read.Reply.CCID, sh.CCID))}, nil
+			return []events.Payload{outcome(sh, op.ID, r, p, max(read.Reply.CCID, sh.CCID), "")}, nil
 		}
 		if s.result != nil && s.result.Reply.Outcome == client.OutcomeRejected {
-			return d.fail(sh, op, sv, s, read, fmt.Sprintf("%s replica %d rejected by raft: %s", p.Kind, r, s.result.Reply.Error), true), nil
+			return d.failStep(sh, op, sv, s, read, seq, r, p, deadline, fmt.Sprintf("%s replica %d rejected by raft: %s", p.Kind, r, s.result.Reply.Error))
 		}
 		if expired {
-			return d.fail(sh, op, sv, s, read, fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, lastError(s.result)), true), nil
+			return d.failStep(sh, op, sv, s, read, seq, r, p, deadline, fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, lastError(s.result)))
 		}
 		// Not applied, not rejected: it may be sent again, paced.
 		s.result, s.sent = nil, false
@@ -813,7 +876,7 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 		if res.Reply.Outcome == client.OutcomeApplied {
 			s.result, s.sent = nil, false
 			d.mem.set(sh.ID, s)
-			return []events.Payload{outcome(sh, op.ID, r, p, max(res.Reply.CCID, sh.CCID))}, nil
+			return []events.Payload{outcome(sh, op.ID, r, p, max(res.Reply.CCID, sh.CCID), "")}, nil
 		}
 		// Rejected, unknown, retry, refused, error: what did Raft do?
 		s.lastErr = lastError(res)
@@ -844,16 +907,69 @@ func (d *decider) intent(sh *projections.Shard, op *projections.Operator, sv sha
 		if why == "" {
 			why = fmt.Sprintf("%s replica %d: no outcome within the step timeout (%s): %s", p.Kind, r, d.in.Config.StepTimeout, s.lastErr)
 		}
-		// Nothing sent since the last read showed it not applied.
-		return d.fail(sh, op, sv, s, nil, why, true), nil
+		// Nothing sent since the last read showed it not applied; a
+		// change sent before it may still be in flight (failStep).
+		return d.failStep(sh, op, sv, s, nil, seq, r, p, deadline, why)
 	}
 	if why != "" {
 		d.mem.set(sh.ID, s)
 		return block(sh, why), nil
 	}
-	s.sent = true
+	s.sent, s.touched = true, true
 	d.mem.set(sh.ID, s)
 	return nil, []Exec{{Store: st, Req: req, Deadline: d.execDeadline(deadline)}}
+}
+
+// giveUpInherited fails an inherited operator with a pending intent once
+// the intent was given up in Raft: the fence applied, or Raft's config
+// change id had moved past the intent's (by its change or another); the
+// membership of the answer is recorded first, so the intent resolves to
+// what Raft did.
+func (d *decider) giveUpInherited(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, seq, r uint64, p projections.Pending, deadline time.Time, reason string) ([]events.Payload, []Exec) {
+	if g := s.giveUp; g != nil {
+		s.giveUp = nil
+		switch {
+		case g.Reply.Outcome == client.OutcomeGivenUp:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up in Raft: config change id %d fenced at index %d", reason, p.CCID, g.Reply.Index), false), nil
+		case g.Reply.Outcome == client.OutcomeApplied && len(g.Reply.Replicas) > 0 && g.Reply.CCID != p.CCID:
+			return d.fail(sh, op, sv, s, g, fmt.Sprintf("%s; given up: Raft's config change id had moved past %d (now %d)", reason, p.CCID, g.Reply.CCID), false), nil
+		}
+		s.lastErr = "give-up: " + lastError(g)
+		s.waitUntil = d.in.Now.Add(d.in.Config.Retry)
+	}
+	if d.in.Now.Before(s.waitUntil) {
+		d.mem.set(sh.ID, s)
+		return nil, nil
+	}
+	s.failWhy = reason
+	return d.giveUpExec(sh, sv, s, op, seq, r, p, deadline)
+}
+
+// failStep fails op's step for reason, after the read r. A step that never
+// sent its change fails at once; one that did may have a proposal in
+// flight, so its intent is first given up in Raft (giveUpExec): the step
+// fails once Raft's config change id has moved past the intent's.
+func (d *decider) failStep(sh *projections.Shard, op *projections.Operator, sv shardView, s shardMem, r *Result, seq, replica uint64, p projections.Pending, deadline time.Time, reason string) ([]events.Payload, []Exec) {
+	if !s.touched {
+		return d.fail(sh, op, sv, s, r, reason, true), nil
+	}
+	s.failWhy, s.waitUntil = reason, time.Time{}
+	return d.giveUpExec(sh, sv, s, op, seq, replica, p, deadline)
+}
+
+// giveUpExec sends the give-up of op's intent seq (replica, decided at
+// config change id p.CCID) to a live member store, or records that none
+// can take it.
+func (d *decider) giveUpExec(sh *projections.Shard, sv shardView, s shardMem, op *projections.Operator, seq, replica uint64, p projections.Pending, deadline time.Time) ([]events.Payload, []Exec) {
+	st := d.executor(sh, sv, 0)
+	d.mem.set(sh.ID, s)
+	if st == "" {
+		return block(sh, fmt.Sprintf("cannot give up intent %d of %s in Raft: no member runs on a live store (%s)", seq, op.ID, s.failWhy)), nil
+	}
+	req := client.ExecRequest{Op: client.ExecGiveUp, Shard: sh.ID, Replica: replica, Term: d.in.Term, Operator: op.ID, Intent: seq, CCID: p.CCID}
+	// Its own bound (the step's is over): a proposal and its commit, as
+	// long as a step may take.
+	return nil, []Exec{{Store: st, Req: req, Deadline: d.in.Now.Add(d.in.Config.StepTimeout)}}
 }
 
 func lastError(r *Result) string {
