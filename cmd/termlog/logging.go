@@ -18,7 +18,7 @@ func (g *globals) logger() (zerolog.Logger, error) {
 func newLogger(out io.Writer, format, level string, noColor bool) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
-		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		return zerolog.Nop(), usage(fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
 	}
 	tty := isTerminal(out)
 	switch format {
@@ -29,7 +29,7 @@ func newLogger(out io.Writer, format, level string, noColor bool) (zerolog.Logge
 		}
 	case "json", "console":
 	default:
-		return zerolog.Nop(), fmt.Errorf("--log-format %q: want auto, json or console", format)
+		return zerolog.Nop(), usage(fmt.Errorf("--log-format %q: want auto, json or console", format))
 	}
 	var lg zerolog.Logger
 	if format == "json" {
@@ -57,7 +57,7 @@ func serverLogger(lg zerolog.Logger, level string) (func(level, msg string), err
 	}
 	l, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" || l > zerolog.ErrorLevel || l < zerolog.InfoLevel {
-		return nil, fmt.Errorf("--server-log %q: want info, warn, error or off", level)
+		return nil, usage(fmt.Errorf("--server-log %q: want info, warn, error or off", level))
 	}
 	return serverLog(lg.Level(max(l, lg.GetLevel())).With().Str("component", "nats-server").Logger()), nil
 }

@@ -382,7 +382,7 @@ func newSetLeaseCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ttl time.Duration
 			if err := positiveDuration(&ttl, 0).Set(args[0]); err != nil {
-				return fmt.Errorf("lease %w", err)
+				return usage(fmt.Errorf("lease %w", err))
 			}
 			s, err := g.dialSession("termlog-set-lease", natsserver.RoleAdmin)
 			if err != nil {
@@ -622,7 +622,7 @@ func newStoreCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if d <= 0 {
-				return errors.New("--for must be > 0")
+				return usage(errors.New("--for must be > 0"))
 			}
 			return drain(cmd.Context(), args[0], d, func(s string) { fmt.Fprintln(cmd.OutOrStdout(), s) })
 		},
