@@ -58,7 +58,7 @@ func (l *Log) readByGet(ctx context.Context, next *uint64, exact bool, until uin
 	defer wg.Wait()
 	defer cancel()
 
-	delivered := false
+	delivered, checked := false, false
 	for {
 		select {
 		case <-back:
@@ -81,6 +81,25 @@ func (l *Log) readByGet(ctx context.Context, next *uint64, exact bool, until uin
 					return l.compacted(*next, fmt.Sprintf("no record is left up to seq %d", until))
 				}
 				return nil
+			}
+			if !checked && (exact || delivered) {
+				// Watch: is seq *next yet to come, or gone (the stream
+				// compacted to its tail)? Its state says, once.
+				checked = true
+				info, err := l.info(ctx)
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case err != nil:
+					return &restartError{err, true, false}
+				case info.State.LastSeq >= *next:
+					// Held by now, or gone: asked again after the state,
+					// a record at or after *next is found unless gone.
+					if _, err := l.getNext(ctx, *next); errors.Is(err, jetstream.ErrMsgNotFound) {
+						return l.compacted(*next, fmt.Sprintf("it holds no record from it, its last seq is %d", info.State.LastSeq))
+					}
+					continue
+				}
 			}
 			select {
 			case <-ctx.Done():
