@@ -13,6 +13,14 @@ package natslog
 // stale copy), one seq after another up to the tail, and tries a consumer
 // again in the background; once one can be made, the reader goes back to
 // consumers.
+//
+// The limit: nats-server (2.15, jsMsgGetRequest) refuses a message get
+// with "JetStream system temporarily unavailable" from a server that knows
+// its meta group leaderless (a candidate's view: from the survivors'
+// election timeout until a vote), so gets cover the time before the
+// survivors campaign, when the dead leader is still followed and a
+// consumer create goes unanswered; while the meta group is known
+// leaderless the reader asks again as before.
 
 import (
 	"context"
