@@ -26,6 +26,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(nodeEnv); cfg != "" {
+		runNode(cfg) // a NATS node of killnode_test.go, until killed
+		return
+	}
 	goleak.VerifyTestMain(m,
 		// nats-server v2.15.2 can orphan one file store when a stream is
 		// created while the server shuts down (TestOpenDuringElection

@@ -199,6 +199,10 @@ func (l *Log) consume(ctx context.Context, from, next, until uint64, fn func(eve
 		if l.nc.IsClosed() {
 			return fmt.Errorf("natslog: read %s: %w: %w", l.name, nats.ErrConnectionClosed, rerr.err)
 		}
+		if errors.Is(rerr.err, errConsumerBack) {
+			failures, backoff = 0, restartBackoffMin
+			continue // back to a consumer at once
+		}
 		if next != before {
 			failures, backoff = 0, restartBackoffMin
 		} else {
@@ -227,7 +231,13 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 	// may have been on the server the connection lost (see await).
 	reconnected := l.nc.StatusChanged(nats.CONNECTED)
 	defer l.nc.RemoveStatusListener(reconnected)
-	cons, err := l.createConsumer(ctx, *next)
+	cons, err := l.createConsumer(ctx, *next, consumerFallbackAfter)
+	var rerr *restartError
+	if errors.As(err, &rerr) && unanswered(rerr.err) {
+		// No consumer can be made now (the meta group is likely electing
+		// a leader): read from the stream's leader meanwhile.
+		return l.readByGet(ctx, next, exact, until, fn)
+	}
 	if err != nil {
 		return err
 	}
@@ -256,22 +266,14 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 }
 
 // createConsumer makes a reader's ephemeral consumer starting at seq
-// start, asking again while it is not answered. It fails with ctx's error
-// when ctx is done, else with *restartError.
-func (l *Log) createConsumer(ctx context.Context, start uint64) (jetstream.Consumer, error) {
-	cfg := jetstream.ConsumerConfig{
-		Name:              consumerName(),
-		Description:       "termlog reader",
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       start,
-		AckPolicy:         jetstream.AckNonePolicy,
-		ReplayPolicy:      jetstream.ReplayInstantPolicy,
-		InactiveThreshold: consumerInactive,
-		MemoryStorage:     true,
-		Replicas:          1,
-	}
+// start, asking again while it is not answered, for at most within. It
+// fails with ctx's error when ctx is done, else with *restartError.
+func (l *Log) createConsumer(ctx context.Context, start uint64, within time.Duration) (jetstream.Consumer, error) {
+	cfg := readerConfig(start)
 	var cons jetstream.Consumer
-	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+	cctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	err := l.askAgain(cctx, requestAttempt, func(ctx context.Context) (err error) {
 		cons, err = l.stream.CreateConsumer(ctx, cfg)
 		return err
 	})
@@ -282,6 +284,21 @@ func (l *Log) createConsumer(ctx context.Context, start uint64) (jetstream.Consu
 		return nil, &restartError{err: fmt.Errorf("create consumer: %w", err)}
 	}
 	return cons, nil
+}
+
+// readerConfig is a reader's consumer starting at seq start.
+func readerConfig(start uint64) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Name:              consumerName(),
+		Description:       "termlog reader",
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		AckPolicy:         jetstream.AckNonePolicy,
+		ReplayPolicy:      jetstream.ReplayInstantPolicy,
+		InactiveThreshold: consumerInactive,
+		MemoryStorage:     true,
+		Replicas:          1,
+	}
 }
 
 // await waits for the session's outcome: the delivery's end, ctx done, a
