@@ -205,11 +205,23 @@ func (r *run) baseline(ctx context.Context, conns []*nats.Conn, n int, heartbeat
 	t0 := fl.start(ctx)
 	res, err := r.waitBurst(bctx, burstWait{fl: fl, t0: t0, visible: rr.hold,
 		tail: func(context.Context) (uint64, error) { return uint64(2 * n), nil }})
-	if err != nil || !res.done() {
+	if err != nil {
 		return res, hbSample{}, err
 	}
-	r.progress("baseline: %d registered and read by 3 consumers in %s, all active in %s",
-		n, res.registered.Round(time.Millisecond), res.active.Round(time.Millisecond))
+	if !res.done() && heartbeat {
+		// The heartbeat window needs every worker heartbeating: give the
+		// rest of the burst the phase bound (not counted in its time).
+		r.progress("baseline: the burst was stopped by its %s bound; waiting up to %s for all %d active to measure heartbeats", r.cfg.BurstTimeout, r.cfg.PhaseTimeout, n)
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
+		defer cancel()
+		if err := poll(wctx, 5*time.Millisecond, func() bool { return fl.activated.Load() == int64(n) || fl.failed.Load() > 0 }); err != nil || fl.err() != nil {
+			return res, hbSample{}, fl.err()
+		}
+	} else if !res.done() {
+		return res, hbSample{}, nil
+	}
+	r.progress("baseline: %d registered and read by 3 consumers in %s, all active in %s (partial: %v)",
+		n, res.registered.Round(time.Millisecond), res.active.Round(time.Millisecond), !res.done())
 	var hb hbSample
 	if heartbeat {
 		time.Sleep(warmup)

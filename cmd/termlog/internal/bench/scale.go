@@ -129,9 +129,6 @@ func (r *run) measurePoint(ctx context.Context, conns []*nats.Conn, p *ScalePoin
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
-	if !base.done() {
-		r.progress("scale: the raw burst of %d did not finish in %s: no raw heartbeat figures", n, r.cfg.BurstTimeout)
-	}
 	p.RawHeartbeatP99, p.ResponderCores = ms(percentile(baseHB.lat, 99)), baseHB.cpu.share(baseHB.cpu.byLabel[labelResponder])
 	res, err := r.runBurst(ctx, conns, n, fmt.Sprintf("scale.burst.r%d.%d", p.Replicas, n))
 	if err != nil {
