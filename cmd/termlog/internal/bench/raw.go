@@ -210,11 +210,14 @@ func (r *run) baseline(ctx context.Context, conns []*nats.Conn, n int, heartbeat
 	}
 	if !res.done() && heartbeat {
 		// The heartbeat window needs every worker heartbeating: give the
-		// rest of the burst the phase bound (not counted in its time).
-		r.progress("baseline: the burst was stopped by its %s bound; waiting up to %s for all %d active to measure heartbeats", r.cfg.BurstTimeout, r.cfg.PhaseTimeout, n)
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
+		// rest of the burst the burst bound once more (not counted in its
+		// time). A responder that falls behind its workers' retries (each
+		// stored again) may never catch up: then there is no window.
+		r.progress("baseline: the burst was stopped by its %s bound; waiting up to %s more for all %d active to measure heartbeats", r.cfg.BurstTimeout, r.cfg.BurstTimeout, n)
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.BurstTimeout)
 		defer cancel()
 		if err := poll(wctx, 5*time.Millisecond, func() bool { return fl.activated.Load() == int64(n) || fl.failed.Load() > 0 }); err != nil || fl.err() != nil {
+			r.progress("baseline: %d of %d active after twice the bound: no heartbeat baseline", fl.activated.Load(), n)
 			return res, hbSample{}, fl.err()
 		}
 	} else if !res.done() {
