@@ -50,12 +50,10 @@ func (r *run) failover(ctx context.Context, c *steadyPhase, n int) (failoverResu
 		return res, err
 	}
 	defer func() { _ = w.Stop() }()
-	r.progress("failover: killing leader %s (term %d) right after a lease renewal, %d workers", c.leader.ID(), c.term, n)
-	select {
-	case <-w.Updates():
-	case <-fctx.Done():
-		return res, fmt.Errorf("no lease renewal seen: %w", fctx.Err())
+	if err := r.awaitRenewal(fctx, c, obs, w); err != nil {
+		return res, err
 	}
+	r.progress("failover: killing leader %s (term %d) right after a lease renewal, %d workers", c.leader.ID(), c.term, n)
 	if err := r.killLeader(fctx, c, &res); err != nil {
 		return res, err
 	}
@@ -65,6 +63,31 @@ func (r *run) failover(ctx context.Context, c *steadyPhase, n int) (failoverResu
 		return res, fmt.Errorf("raw lease handover: %w", err)
 	}
 	return res, nil
+}
+
+// awaitRenewal waits for a lease update made while c's leader still leads
+// its term. Under load a leader can lose its lease before the kill: the
+// new leader is then the one killed, after its own next renewal (unless it
+// is obs, whose connection the measurement needs).
+func (r *run) awaitRenewal(ctx context.Context, c *steadyPhase, obs *metaNode, w jetstream.KeyWatcher) error {
+	for {
+		select {
+		case <-w.Updates():
+		case <-ctx.Done():
+			return fmt.Errorf("no lease renewal seen: %w", ctx.Err())
+		}
+		l, t := leaderOf(c.nodes)
+		if l == c.leader && t == c.term {
+			return nil
+		}
+		if l == obs {
+			return fmt.Errorf("leadership moved to %s (term %d) before the kill, under load", l.ID(), t)
+		}
+		if l != nil {
+			r.progress("failover: leadership moved from %s (term %d) to %s (term %d) before the kill; waiting for its renewal", c.leader.ID(), c.term, l.ID(), t)
+			c.leader, c.term = l, t
+		}
+	}
 }
 
 // killLeader kills c's leader and waits for the next term to start,
