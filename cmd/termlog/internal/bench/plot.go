@@ -20,7 +20,7 @@ const (
 	plotW, plotH     = 1000, 1060
 	panelW, panelH   = 500, 330
 	marginL, marginR = 70, 25
-	marginT, marginB = 40, 55
+	marginT, marginB = 50, 55
 	colorTermlog     = "#1f5fbf"
 	colorRaw         = "#e07b00"
 	colorTarget      = "#c0262d"
@@ -151,8 +151,8 @@ func drawPanel(b *bytes.Buffer, x0, y0 float64, p plotPanel) {
 	} else {
 		ya.lo, ya.hi = 0, niceMax(slices.Max(append(ys, 0)))
 	}
-	text(b, x0+panelW/2, y0+22, "middle", 14, "bold", p.title)
-	text(b, x0+panelW/2, y0+36, "middle", 11, "", p.note)
+	text(b, x0+panelW/2, y0+20, "middle", 14, "bold", p.title)
+	text(b, x0+panelW/2, y0+35, "middle", 11, "", p.note)
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444"/>`+"\n", left, top, w, h)
 	drawXTicks(b, xa, xs, top+h)
 	drawYTicks(b, ya, left, left+w)

@@ -176,10 +176,16 @@ func (rep *Report) writeScaleTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "R\tworkers\tburst\traw burst\tratio\tfailover\t(recovered)\traw lease\thb p99\traw p99\tratio\tleader CPU\tresponder CPU\theap/worker\tstacks/worker\ttook\tproblem\t")
 	for _, p := range rep.Scale {
-		fmt.Fprintf(tw, "R%d\t%d\t%s\t%s\t%s\t%.3f s\t%.3f s\t%.3f s\t%.1f ms\t%.1f ms\t%s\t%.1f%%\t%.1f%%\t%s B\t%s B\t%s B\t%.0f s\t%s\t\n",
-			p.Replicas, p.Workers, boundS(p.BurstS, p.BurstPartial), boundS(p.RawBurstS, p.RawBurstPartly), formatRatio(ratioOf(p.BurstS, p.RawBurstS)),
-			p.FailoverS, p.FailoverRecoveredS, p.RawLeaseS, p.HeartbeatP99, p.RawHeartbeatP99, formatRatio(ratioOf(p.HeartbeatP99, p.RawHeartbeatP99)),
-			100*p.LeaderCores, 100*p.ResponderCores, group3(p.HeapPerWorker), group3(p.StackPerWorker), group3(p.LeaderBPerWorker), p.TookS, orDash(p.Problem))
+		burstRatio := ratioOf(p.BurstS, p.RawBurstS)
+		if p.BurstPartial || p.RawBurstPartly {
+			burstRatio = math.NaN() // a bound against a bound says nothing
+		}
+		fmt.Fprintf(tw, "R%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f s\t%s\t\n",
+			p.Replicas, p.Workers, boundS(p.BurstS, p.BurstPartial), boundS(p.RawBurstS, p.RawBurstPartly), formatRatio(burstRatio),
+			cell(p.FailoverS, "%.3f s", 1), cell(p.FailoverRecoveredS, "%.3f s", 1), cell(p.RawLeaseS, "%.3f s", 1),
+			cell(p.HeartbeatP99, "%.1f ms", 1), cell(p.RawHeartbeatP99, "%.1f ms", 1), formatRatio(ratioOf(p.HeartbeatP99, p.RawHeartbeatP99)),
+			cell(p.LeaderCores, "%.1f%%", 100), cell(p.ResponderCores, "%.1f%%", 100),
+			bytesCell(p.HeapPerWorker), bytesCell(p.StackPerWorker), bytesCell(p.LeaderBPerWorker), p.TookS, orDash(p.Problem))
 	}
 	return tw.Flush()
 }
@@ -190,6 +196,21 @@ func boundS(s float64, partial bool) string {
 		return fmt.Sprintf(">= %.3f s (bound)", s)
 	}
 	return fmt.Sprintf("%.3f s", s)
+}
+
+// cell formats v*scale, or "-" for a figure not measured (0 or NaN).
+func cell(v float64, format string, scale float64) string {
+	if !(v > 0) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v*scale)
+}
+
+func bytesCell(v float64) string {
+	if !(v > 0) {
+		return "-"
+	}
+	return group3(v) + " B"
 }
 
 func ratioOf(v, base float64) float64 {
