@@ -30,6 +30,9 @@ baseline on the same server:
   heartbeat  leader CPU and p99 reply latency with N workers at 1 Hz vs a trivial responder
   failover   leader killed -> term.started -> barrier recovery complete vs a raw lease handover
   memory     bytes per worker in a projection and in a leading replica
+  scale      (only with --only scale) register, failover, heartbeat and memory at each --scale
+             size on R1 and R3 (--scale-replicas), --sync always, a fresh server per point;
+             a table, and an SVG plot with --plot
   nodeloss   (only with --only nodeloss) a 3-node NATS cluster (termlog nats processes, --sync always):
              SIGKILL and SIGTERM of the stream leader's, the lease leader's and a follower's node;
              append blackout vs a raw publisher, time without a meta leader, term changes, status
@@ -86,6 +89,9 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "meta lease (the failover target is lease + 1 s)")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile of each measured phase into this directory (go tool pprof)")
 	f.DurationVar(&cfg.BurstTimeout, "burst-timeout", cfg.BurstTimeout, "bound of the registration burst; a burst cut short is reported as partial")
+	f.IntSliceVar(&cfg.Scale, "scale", bench.DefaultScale, "scale: worker counts, each run on every --scale-replicas configuration")
+	f.IntSliceVar(&cfg.ScaleReplicas, "scale-replicas", []int{1, 3}, "scale: server configurations (1: one node, 3: a 3-node cluster)")
+	f.StringVar(&cfg.Plot, "plot", "", "scale: write the SVG plot of the points to this file")
 	f.IntVar(&cfg.NodeLoss.Kills, "kills", 5, "nodeloss: losses of each scenario (min/median/max over them)")
 	f.IntVar(&cfg.NodeLoss.PortBase, "nodeloss-ports", 0, "nodeloss: the nodes' client ports are this..+2, their route ports +3..+5 (0: free ports)")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "bound of each other phase that waits on the cluster or the stream; a phase cut short is reported as partial")

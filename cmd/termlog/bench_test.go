@@ -60,7 +60,7 @@ func TestBenchCommand(t *testing.T) {
 		"append.throughput", "append.single", "append.vs_sync", "append.p50", "append.p99",
 		"sync.append_single", "sync.append_p50", "sync.append_grouped", "sync.append_grouped_vs_interval", "sync.register_burst", "sync.register_append_rate",
 		"register.burst", "register.append_rate", "heartbeat.cpu", "heartbeat.p99",
-		"failover.term_started", "failover.recovered", "memory.projection", "memory.leader",
+		"failover.term_started", "failover.recovered", "failover.served", "memory.projection", "memory.leader",
 	}
 	got := map[string]map[string]any{}
 	for _, f := range rep.Figures {

@@ -31,6 +31,24 @@ type WorkerConfig struct {
 	// DeregisterOnStop makes Run deregister (best effort, 2 s) when its
 	// context ends, so a planned stop does not wait for the expiry.
 	DeregisterOnStop bool
+	// HeartbeatOffset is added to the wait before the first heartbeat after
+	// each activation (0: none). Workers started together (a fleet on one
+	// host, every worker after a failover) spread their heartbeats over
+	// the interval by each taking a different offset in [0, Heartbeat).
+	HeartbeatOffset time.Duration
+	// Observe, when set, is called once each Register, Activate, Heartbeat
+	// and Deregister has its outcome (retries included), on the calling
+	// goroutine: what a process exports as metrics. It must not block.
+	Observe func(Call)
+}
+
+// Call is one request's outcome, as Observe sees it.
+type Call struct {
+	RPC   string        // RPCRegister, RPCActivate, RPCHeartbeat or RPCDeregister
+	Start time.Time     // when the request was first sent (cfg.Clock)
+	Took  time.Duration // until its outcome, retries included
+	Reply Reply         // the reply (zero when Err is not an RPC error)
+	Err   error
 }
 
 // Worker registers with the meta leader, activates and heartbeats, and
@@ -81,6 +99,17 @@ func (w *Worker) Ref() WorkerRef {
 // call sends one request and retries transient failures with backoff until
 // ctx is done. It returns the reply or a permanent error.
 func (w *Worker) call(ctx context.Context, rpc string, req any) (Reply, error) {
+	if w.cfg.Observe == nil {
+		return w.send(ctx, rpc, req)
+	}
+	start := w.cfg.Clock.Now()
+	rep, err := w.send(ctx, rpc, req)
+	w.cfg.Observe(Call{RPC: rpc, Start: start, Took: w.cfg.Clock.Now().Sub(start), Reply: rep, Err: err})
+	return rep, err
+}
+
+// send is call without the observer.
+func (w *Worker) send(ctx context.Context, rpc string, req any) (Reply, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return Reply{}, err
@@ -191,12 +220,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.Activate(ctx); err != nil && !errors.Is(err, ErrReregister) {
 			return ctxOr(ctx, err)
 		}
+		wait := w.cfg.Heartbeat + w.cfg.HeartbeatOffset
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-w.cfg.Clock.After(w.cfg.Heartbeat):
+			case <-w.cfg.Clock.After(wait):
 			}
+			wait = w.cfg.Heartbeat
 			err := w.Heartbeat(ctx)
 			if errors.Is(err, ErrReregister) {
 				w.cfg.Logger.Warn().Uint64("worker_id", w.Ref().ID).Msg("meta does not know this registration; registering again")

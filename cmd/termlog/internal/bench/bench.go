@@ -42,11 +42,12 @@ const (
 	GroupFailover  = "failover"
 	GroupMemory    = "memory"
 	GroupNodeLoss  = "nodeloss" // only when --only names it (about 15 minutes)
+	GroupScale     = "scale"    // only when --only names it (scale.go)
 )
 
 // Groups lists every figure group in run order.
 func Groups() []string {
-	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupSync, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory, GroupNodeLoss}
+	return []string{GroupFold, GroupReplay, GroupCatchUp, GroupAppend, GroupSync, GroupRegister, GroupHeartbeat, GroupFailover, GroupMemory, GroupNodeLoss, GroupScale}
 }
 
 // Config sizes a run. Zero fields take the defaults (Defaults).
@@ -93,6 +94,12 @@ type Config struct {
 	ProfileDir string
 	// NodeLoss sizes the nodeloss group (nodeloss.go).
 	NodeLoss NodeLossConfig
+	// Scale is the scale group's worker counts (default DefaultScale), each
+	// run on each of ScaleReplicas (default 1 and 3), on --sync always.
+	Scale         []int
+	ScaleReplicas []int
+	// Plot, when set, is where the scale group writes its SVG plot.
+	Plot string
 }
 
 // Defaults are the sizes of a run without flags: about a minute on 2 cores.
@@ -174,6 +181,8 @@ type Report struct {
 	Replicas int       `json:"replicas"` // of every server configuration of the run
 	Figures  []Figure  `json:"figures"`
 	Problems []string  `json:"problems,omitempty"` // groups that could not run
+	// Scale is the scale group's points, in run order.
+	Scale []ScalePoint `json:"scale,omitempty"`
 }
 
 // MarshalJSON writes NaN ratios as null.
@@ -219,6 +228,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if c, err := c.scaleDefaults(); err != nil {
+		return c, err
+	}
 	switch {
 	case c.Workers < 1 || c.Workers > 100_000:
 		return c, fmt.Errorf("workers %d: want 1..100000", c.Workers)
@@ -241,6 +253,27 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// scaleDefaults fills in and checks the scale group's sizes.
+func (c *Config) scaleDefaults() (Config, error) {
+	if len(c.Scale) == 0 {
+		c.Scale = DefaultScale
+	}
+	if len(c.ScaleReplicas) == 0 {
+		c.ScaleReplicas = []int{1, 3}
+	}
+	for _, n := range c.Scale {
+		if n < 1 || n > 100_000 {
+			return *c, fmt.Errorf("scale %d: want 1..100000 workers", n)
+		}
+	}
+	for _, r := range c.ScaleReplicas {
+		if r != 1 && r != 3 {
+			return *c, fmt.Errorf("scale replicas %d: want 1 or 3", r)
+		}
+	}
+	return *c, nil
 }
 
 func groupOf(name string) string {
@@ -386,14 +419,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{GroupSync, r.syncCost},
 		{GroupRegister + "+", r.cluster}, // register, heartbeat and failover share one cluster
 		{GroupNodeLoss, r.nodeLoss},
+		{GroupScale, r.scale},
 	}
 	for _, s := range steps {
 		want := r.cfg.wants(s.group)
 		if s.group == GroupRegister+"+" {
 			want = r.cfg.wants(GroupRegister) || r.cfg.wants(GroupHeartbeat) || r.cfg.wants(GroupFailover)
 		}
-		if s.group == GroupNodeLoss {
-			want = r.cfg.named(GroupNodeLoss)
+		if s.group == GroupNodeLoss || s.group == GroupScale {
+			want = r.cfg.named(s.group)
 		}
 		if !want {
 			continue
@@ -424,6 +458,25 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "termlog bench: %d workers, %d events, %d appends, %s/%s %d CPUs, %s, took %.1fs; server sync %s, replicas %d (the sync group: always vs interval)\n",
 		rep.Workers, rep.Events, rep.Appends, rep.GoOS, rep.GoArch, rep.CPUs, rep.Go, rep.Took, rep.Sync, rep.Replicas)
 	fmt.Fprintln(w, "ratio = cost relative to the baseline (1.00 = as cheap as raw, 2.00 = twice the cost)")
+	if err := rep.writeFigures(w); err != nil {
+		return err
+	}
+	if len(rep.Scale) > 0 {
+		if err := rep.writeScaleTable(w); err != nil {
+			return err
+		}
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "PROBLEM %s\n", p)
+	}
+	return nil
+}
+
+// writeFigures writes the figures' table and what each measured.
+func (rep *Report) writeFigures(w io.Writer) error {
+	if len(rep.Figures) == 0 {
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tvalue\tbaseline\tratio\ttarget\tresult\tserver\t")
 	for _, f := range rep.Figures {
@@ -454,9 +507,6 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, " (%s)", f.Note)
 		}
 		fmt.Fprintln(w)
-	}
-	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "PROBLEM %s\n", p)
 	}
 	return nil
 }

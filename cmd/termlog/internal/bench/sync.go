@@ -148,7 +148,7 @@ func (r *run) syncCost(ctx context.Context) error {
 				return err
 			}
 			r.progress("sync %s: %d workers register at once against 3 meta replicas", p, r.cfg.Workers)
-			runs[p].burst, err = r.runBurst(ctx, conns, "sync.register_burst."+p.String())
+			runs[p].burst, err = r.runBurst(ctx, conns, r.cfg.Workers, "sync.register_burst."+p.String())
 			return err
 		})
 		if err != nil {
