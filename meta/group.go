@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,19 +11,10 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/meta/group"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/view"
 )
-
-// maxGroup bounds the mutations decided and appended together: about one
-// JetStream atomic batch (at most 1000 messages, the server's default
-// max_batch_size) when each mutation appends one event, so one append
-// attempt (AppendTimeout) carries one batch, not several in a row. Measured
-// on a loaded 2-core machine with sync always: groups of 2048 (three
-// batches an attempt) ran out of the 2 s attempt ("append batch ... (1000
-// events), outcome unknown: context deadline exceeded") and the leader lost
-// its lease in the same seconds.
-const maxGroup = 1000
 
 // Groups in flight: the next group is decided and sent while earlier
 // groups' acks are outstanding, up to maxFlights groups and
@@ -205,7 +195,7 @@ func (c *committer) withdraw(m *mutation) bool {
 func (c *committer) take() []*mutation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := min(len(c.queue), maxGroup)
+	n := min(len(c.queue), group.MaxGroup)
 	group := append([]*mutation(nil), c.queue[:n]...)
 	c.queue = append(c.queue[:0], c.queue[n:]...)
 	return group
@@ -220,13 +210,6 @@ func (c *committer) requeue(ms []*mutation) {
 	defer c.mu.Unlock()
 	c.queue = append(append([]*mutation(nil), ms...), c.queue...)
 }
-
-// errNotSent marks an append that was never handed to the log: its outcome
-// is known, nothing of it is stored.
-var errNotSent = errors.New("not sent")
-
-// errOwnEventRefused is a decision whose events the fold refuses.
-var errOwnEventRefused = errors.New("the projection refuses the leader's own event")
 
 // decided is a mutation of a group that produced its decision.
 type decided struct {
@@ -254,100 +237,78 @@ func (f *flight) lastID() string {
 	return events.MsgID(last, f.base+uint64(len(f.evs)))
 }
 
-// combine decides and sends one group; the caller holds sem, and settles
-// the returned flight after releasing it (nil: every mutation taken was
-// answered). It works under the term's context, not the caller's:
-// whichever caller happens to combine must not decide the outcome for the
-// others. Each mutation's own context is checked only before it is
-// decided. A decision whose events the fold refuses (Rejected or Corrupt on
-// the scratch state) fails with errOwnEventRefused and is not appended; the
-// scratch state, which folded them, is dropped, and the mutations after it
-// go back to the head of the queue, to be decided on a fresh state.
+// combine plans and sends one group (group.Plan decides it); the caller
+// holds sem, and settles the returned flight after releasing it (nil: every
+// mutation taken was answered). It works under the term's context, not the
+// caller's: whichever caller happens to combine must not decide the outcome
+// for the others. Each mutation's own context is checked only when it is
+// taken.
 func (c *committer) combine() *flight {
 	ctx := c.ctx
 	if err := c.room(ctx, 0); err != nil {
-		if group := c.take(); len(group) > 0 {
-			return failAll(group, err)
-		}
-		return nil
+		return failAll(c.take(), err)
 	}
-	group := c.take()
-	if len(group) == 0 {
+	taken := c.take()
+	if len(taken) == 0 {
 		return nil
 	}
 	st, err := c.scratchState(ctx)
 	if err != nil {
-		return failAll(group, err)
+		return failAll(taken, err)
 	}
-	base := st.Seq
-	now := c.clock.Now()
-	var (
-		evs []events.Event
-		ok  []decided
-	)
-	for i, m := range group {
-		if err := m.ctx.Err(); err != nil {
-			m.done <- mutationResult{err: err}
-			continue
-		}
-		payloads, err := m.decide(st)
-		if err == nil && len(payloads) > 0 && m.fp != "" {
-			err = c.fp.Hit(m.ctx, m.fp)
-		}
-		var mine []events.Event
-		var bodies [][]byte
-		for _, p := range payloads {
-			if err != nil {
-				break
-			}
-			// Encoded once: the body folded below is the one the log
-			// stores.
-			var ev events.Event
-			var b []byte
-			if ev, b, err = events.Seal(events.Event{Term: c.term, Writer: c.writer, At: now, Data: p}); err == nil {
-				mine, bodies = append(mine, ev), append(bodies, b)
-			}
-		}
-		if err != nil {
-			m.done <- mutationResult{err: err}
-			continue
-		}
-		// Later decisions of the group see these events: fold them into
-		// the scratch state exactly as the projection will fold them.
-		var refused *projections.Result
-		for _, b := range bodies {
-			if r := st.DecodeApply(st.Seq+1, b); r.Outcome == projections.Rejected || r.Outcome == projections.Corrupt {
-				refused = &r
-				break
-			}
-		}
-		if refused != nil {
-			c.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
-			m.done <- mutationResult{err: fmt.Errorf("%w: %s", errOwnEventRefused, refused)}
-			c.scratch = nil // it folded the refused events
-			c.requeue(group[i+1:])
-			break
-		}
-		evs = append(evs, mine...)
-		ok = append(ok, decided{m: m, seen: st.Seq})
+	pending := make([]group.Mutation, len(taken))
+	for i, m := range taken {
+		pending[i] = group.Mutation{Decide: m.decide, Gone: m.ctx.Err(), Gated: m.fp != ""}
 	}
-	f := &flight{ok: ok, evs: evs, base: base, prev: c.tail, done: make(chan struct{})}
+	g := group.Plan(st, pending, group.Stamp{Term: c.term, Writer: c.writer, At: c.clock.Now()})
+	c.requeue(taken[len(g.Answers):])
+	taken = taken[:len(g.Answers)]
+	if g.DropScratch {
+		c.scratch = nil // it folded the refused events
+	}
+	if g.Gate >= 0 {
+		if err := c.fp.Hit(taken[g.Gate].ctx, taken[g.Gate].fp); err != nil {
+			// Decided on the scratch state, not sent: nothing of the
+			// group is.
+			c.scratch = nil
+			return failAll(taken, err)
+		}
+	}
+	f := &flight{evs: g.Batch, base: g.Base, prev: c.tail, done: make(chan struct{})}
+	for i, a := range g.Answers {
+		switch {
+		case a.Refused != "":
+			c.logger.Error().Str("result", a.Refused).Msg("the fold refuses an event this leader decided; not appending it")
+			fallthrough
+		case a.Err != nil:
+			taken[i].done <- mutationResult{err: a.Err}
+		default:
+			f.ok = append(f.ok, decided{m: taken[i], seen: a.Seen})
+		}
+	}
+	return c.send(ctx, f)
+}
+
+// send hands f's events to the log, chained to the group before it, and
+// records f in flight; it returns f to settle, or nil when it was answered
+// at once (nothing to append and nothing in flight before it).
+func (c *committer) send(ctx context.Context, f *flight) *flight {
 	switch {
-	case len(evs) == 0 && f.prev == nil:
+	case len(f.evs) == 0 && f.prev == nil:
 		// Nothing in flight: base is the projection's, all of it stored.
-		for _, d := range ok {
+		for _, d := range f.ok {
 			d.m.done <- mutationResult{seen: d.seen}
 		}
 		return nil
-	case len(evs) == 0:
+	case len(f.evs) == 0:
 		// Settled once the group before it is: the decisions saw its events.
 		return f
 	}
-	if err := c.room(ctx, len(evs)); err != nil {
+	if err := c.room(ctx, len(f.evs)); err != nil {
 		// Decided on the scratch state, not sent: it holds events that
 		// will not be stored.
 		c.scratch = nil
-		for _, d := range ok {
+		for _, d := range f.ok {
 			d.m.done <- mutationResult{err: err}
 		}
 		return nil
@@ -357,15 +318,15 @@ func (c *committer) combine() *flight {
 		prevID = f.prev.lastID()
 	}
 	if err := c.mayAppend(); err != nil {
-		f.pend = events.Done{Last: base, Err: fmt.Errorf("append at seq %d %w: %w", base+1, errNotSent, err)}
+		f.pend = events.Done{Last: f.base, Err: fmt.Errorf("append at seq %d %w: %w", f.base+1, group.ErrNotSent, err)}
 	} else {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
-		f.pend = c.log.AppendAsync(actx, base, prevID, evs...)
+		f.pend = c.log.AppendAsync(actx, f.base, prevID, f.evs...)
 		cancel()
 	}
 	c.mu.Lock()
 	c.flights = append(c.flights, f)
-	c.flightEvents += len(evs)
+	c.flightEvents += len(f.evs)
 	c.mu.Unlock()
 	c.tail = f
 	return f
@@ -425,91 +386,78 @@ func (c *committer) drain(ctx context.Context) error {
 }
 
 // settle waits for the group before f, then for f's acks, and answers f's
-// mutations. An append whose outcome is unknown is retried with the same
-// message ids (stored once) when the group before it is stored; if it stays
-// unknown it is resent before anything new is decided (resendUnsure). A
-// failure marks the scratch state broken and fails every later group.
+// mutations as group.Settling says: an append whose outcome is unknown is
+// sent again with the same message ids (stored once) when the group before
+// it is stored; if it stays unknown it is resent before anything new is
+// decided (resendUnsure). A failure marks the scratch state broken and
+// fails every later group.
 func (c *committer) settle(f *flight) {
 	ctx := c.ctx
-	floor := f.base
-	var prevErr error
+	s := group.Settling{Base: f.base, Events: len(f.evs), Attempts: appendAttempts}
 	if p := f.prev; p != nil {
 		<-p.done // its settling is bounded by AppendTimeout per attempt
-		if p.err != nil {
-			floor, prevErr = min(floor, p.stored), p.err
-		}
+		s.Prior = group.Prior{Chained: true, Stored: p.stored, Err: p.err}
 		f.prev = nil // only settle reads it: do not keep every group alive
 	}
-	stored, err := floor, prevErr
-	unsure := false
 	if len(f.evs) > 0 {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
-		last, werr := f.pend.Wait(wctx)
+		last, err := f.pend.Wait(wctx)
 		cancel()
-		if werr != nil && !errors.Is(werr, events.ErrFenced) && !errors.Is(werr, errNotSent) && prevErr == nil {
-			// Everything before base is stored, so the expected last seq
-			// alone fences the retry.
-			c.logger.Warn().Err(werr).Uint64("expected_seq", f.base).Int("events", len(f.evs)).Msg("append failed; retrying with the same message ids")
-			rlast, rerr := c.append(ctx, f.base, f.evs, appendAttempts-1)
-			if errors.Is(rerr, errNotSent) {
-				// The first attempt was sent: its outcome is what is unknown.
-				rerr = fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %v)", f.base+1, werr, rerr)
-			}
-			last, werr = max(last, rlast), rerr
-			unsure = werr != nil && !errors.Is(werr, events.ErrFenced)
-		}
-		switch {
-		case prevErr != nil:
-			// Chained to a group that failed: whatever its acks say, what
-			// its decisions saw is not known stored (the failed group's
-			// ids may be held by other events of this term: an earlier
-			// attempt whose outcome the leader did not learn).
-			if werr == nil {
-				werr = fmt.Errorf("%w: stored after a group that failed", events.ErrFenced)
-			}
-			err = fmt.Errorf("%w (after the group before it failed: %v)", werr, prevErr)
-		case last > f.base:
-			stored, err = last, werr
-		default:
-			err = werr
-		}
-		if errors.Is(werr, events.ErrFenced) && !errors.Is(prevErr, events.ErrFenced) {
-			c.fenced(ctx, werr)
-		}
+		c.attempts(ctx, &s, f.evs, last, err)
+	}
+	o := s.Outcome()
+	if o.Fenced {
+		c.fenced(ctx, o.Err)
 	}
 	c.mu.Lock()
 	if len(f.evs) > 0 {
 		c.flights = c.flights[1:] // f is the head: groups settle in order
 		c.flightEvents -= len(f.evs)
 	}
-	if err != nil {
+	if o.Err != nil {
 		c.broken = true
 	}
-	if unsure {
+	if o.Unsure {
 		c.unsure = f
 	}
-	c.lastWritten = max(c.lastWritten, stored)
+	c.lastWritten = max(c.lastWritten, o.Stored)
 	c.mu.Unlock()
-	f.stored, f.err = stored, err
+	f.stored, f.err = o.Stored, o.Err
 	close(f.done)
 	for _, d := range f.ok {
-		if d.seen <= stored {
-			d.m.done <- mutationResult{seen: d.seen}
-		} else {
+		if err := o.Answer(d.seen); err != nil {
 			d.m.done <- mutationResult{err: err}
+		} else {
+			d.m.done <- mutationResult{seen: d.seen}
 		}
+	}
+}
+
+// attempts feeds s the outcome (last, err) of the attempt just made and
+// sends evs again, with the same ids and expected last seq, for as long as
+// s says to.
+func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []events.Event, last uint64, err error) {
+	for {
+		if ctx.Err() != nil {
+			s.Attempts = 0 // the term ended: no further attempt
+		}
+		if !s.Attempted(last, err) {
+			return
+		}
+		c.logger.Warn().Err(err).Uint64("expected_seq", s.Base).Int("events", len(evs)).Msg("append outcome unknown; sending it again with the same message ids")
+		last, err = c.appendOnce(ctx, s.Base, evs)
 	}
 }
 
 // resendUnsure resends (with sem, no group in flight), with the same ids,
 // the group whose append's outcome is unknown, so that nothing new is
 // decided until it is known. Deciding again on the projection would reuse
-// the ids (<term>-<seq>) the group may be stored under, for other events:
-// the log fences those, spuriously, a late attempt of the group could still
-// land after them, and a group chained to such an id would land after the
-// wrong event. The groups sent after it were sent before the resend on the
-// same connection, so once it is answered they are settled on the server
-// too.
+// the ids (<writer>-<term>-<seq>) the group may be stored under, for other
+// events: the log fences those, spuriously, a late attempt of the group
+// could still land after them, and a group chained to such an id would land
+// after the wrong event. The groups sent after it were sent before the
+// resend on the same connection, so once it is answered they are settled
+// on the server too.
 func (c *committer) resendUnsure(ctx context.Context) error {
 	c.mu.Lock()
 	u := c.unsure
@@ -517,21 +465,24 @@ func (c *committer) resendUnsure(ctx context.Context) error {
 	if u == nil {
 		return nil
 	}
-	stored, err := c.append(ctx, u.base, u.evs, appendAttempts)
+	s := group.Settling{Base: u.base, Events: len(u.evs), Attempts: appendAttempts, Resending: true}
+	last, err := c.appendOnce(ctx, u.base, u.evs)
+	c.attempts(ctx, &s, u.evs, last, err)
+	o := s.Outcome()
 	c.mu.Lock()
-	c.lastWritten = max(c.lastWritten, stored)
-	if err == nil || errors.Is(err, events.ErrFenced) {
+	c.lastWritten = max(c.lastWritten, o.Stored)
+	if !o.Unsure {
 		c.unsure = nil
 	}
 	c.mu.Unlock()
 	switch {
-	case err == nil:
+	case o.Err == nil:
 		c.logger.Info().Uint64("expected_seq", u.base).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
 		return nil
-	case errors.Is(err, events.ErrFenced):
-		c.fenced(ctx, err)
+	case o.Fenced:
+		c.fenced(ctx, o.Err)
 	}
-	return fmt.Errorf("resending a group whose outcome is unknown: %w", err)
+	return fmt.Errorf("resending a group whose outcome is unknown: %w", o.Err)
 }
 
 // scratchState returns the state the next group is decided on: the kept
@@ -598,36 +549,16 @@ func (c *committer) scratchState(ctx context.Context) (*projections.State, error
 // is sent.
 const appendAttempts = 3
 
-// append retries an append whose outcome is unknown with the same message
-// ids, so it is stored once, sending it up to attempts times. It returns
-// the seq of the last event known to be stored: the last one on success,
-// at least expected on failure. An error wrapping errNotSent means nothing
-// was sent.
-func (c *committer) append(ctx context.Context, expected uint64, evs []events.Event, attempts int) (uint64, error) {
-	var err error
-	stored := expected
-	for attempt := 0; attempt < attempts; attempt++ {
-		if cerr := c.mayAppend(); cerr != nil {
-			if attempt == 0 && err == nil {
-				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
-			}
-			return stored, fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %w)", expected+1, err, cerr)
-		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
-		var last uint64
-		last, err = c.log.Append(actx, expected, evs...)
-		cancel()
-		stored = max(stored, last)
-		if err == nil {
-			return last, nil
-		}
-		if errors.Is(err, events.ErrFenced) {
-			return stored, err
-		}
-		c.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("events", len(evs)).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
-		if ctx.Err() != nil {
-			break
-		}
+// appendOnce sends evs once with expected last seq expected, bounded by
+// AppendTimeout. It returns the seq of the last event known stored (at
+// least expected); an error wrapping group.ErrNotSent means nothing was
+// sent.
+func (c *committer) appendOnce(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
+	if err := c.mayAppend(); err != nil {
+		return expected, fmt.Errorf("append at seq %d %w: %w", expected+1, group.ErrNotSent, err)
 	}
-	return stored, err
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
+	defer cancel()
+	last, err := c.log.Append(actx, expected, evs...)
+	return max(last, expected), err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/group"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -84,10 +85,10 @@ func queued(t *testing.T, l *leaderSession, n int) {
 	}
 }
 
-// group runs reqs concurrently while a group is "in flight" (sem held), so
+// registerGroup runs reqs concurrently while a group is "in flight" (sem held), so
 // that they all queue; then lets them go: they are decided and appended as
 // one group. It returns the replies in reqs order.
-func group(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) []client.Reply {
+func registerGroup(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) []client.Reply {
 	t.Helper()
 	tl.commit.sem <- struct{}{}
 	replies := make([]client.Reply, len(reqs))
@@ -107,7 +108,7 @@ func TestGroupedRegistrationsSeeEachOther(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	reps := group(t, tl, []client.RegisterRequest{
+	reps := registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1", Kind: "compute"},
 		{Incarnation: "b", Endpoint: "10.0.0.2:1", Kind: "compute"},
 		{Incarnation: "a", Endpoint: "10.0.0.1:1", Kind: "compute"}, // a's retry: same id, no event
@@ -133,7 +134,7 @@ func TestGroupedRegistrationsSeeEachOther(t *testing.T) {
 		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
 	}
 	// The next group is decided on the kept scratch state and sees the first.
-	reps = group(t, tl, []client.RegisterRequest{
+	reps = registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "c", Endpoint: "10.0.0.2:1"},
 		{Incarnation: "e", Endpoint: "10.0.0.5:1"},
 	})
@@ -156,7 +157,7 @@ func TestGroupFencedMidwayFailsTheRest(t *testing.T) {
 	log.mu.Lock()
 	log.fail = &midFence{at: 4, stored: 2, foreign: events.Event{Term: 2, Writer: "meta-2", At: t0, Data: events.TermStarted{Term: 2, Leader: "meta-2", Lease: 2}}}
 	log.mu.Unlock()
-	reps := group(t, tl, []client.RegisterRequest{
+	reps := registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1"},
 		{Incarnation: "b", Endpoint: "10.0.0.2:1"},
 		{Incarnation: "c", Endpoint: "10.0.0.3:1"},
@@ -459,8 +460,8 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	queued(t, tl.leaderSession, 3)
 	<-tl.commit.sem
 	wg.Wait()
-	if !errors.Is(badErr, errOwnEventRefused) {
-		t.Errorf("refused decision: %v, want errOwnEventRefused", badErr)
+	if !errors.Is(badErr, group.ErrRefused) {
+		t.Errorf("refused decision: %v, want group.ErrRefused", badErr)
 	}
 	if a.Error != nil || a.ID != 1 || a.Epoch != 2 || b.Error != nil || b.ID != 2 || b.Epoch != 3 {
 		t.Errorf("registrations around it: %+v, %+v; want id 1 epoch 2, id 2 epoch 3", a, b)
@@ -586,7 +587,7 @@ func TestCommitterEncodesEachEventOnce(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	group(t, tl, []client.RegisterRequest{
+	registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1"},
 		{Incarnation: "b", Endpoint: "10.0.0.2:1"},
 	})
