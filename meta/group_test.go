@@ -12,6 +12,7 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/group"
 	"github.com/termlog/termlog/projections"
@@ -72,9 +73,8 @@ func queued(t *testing.T, l *leaderSession, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		l.commit.mu.Lock()
-		got := len(l.commit.queue)
-		l.commit.mu.Unlock()
+		var got int
+		l.loop.read(func() { got = len(l.commit.queue) })
 		if got == n {
 			return
 		}
@@ -85,19 +85,48 @@ func queued(t *testing.T, l *leaderSession, n int) {
 	}
 }
 
-// registerGroup runs reqs concurrently while a group is "in flight" (sem held), so
+// inFlight polls until n groups are in flight (handed to the sender, not
+// settled).
+func inFlight(t *testing.T, l *leaderSession, n int) {
+	t.Helper()
+	var got int
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d groups in flight", n), func() bool {
+		l.loop.read(func() { got = len(l.commit.flights) })
+		return got == n
+	})
+}
+
+// hold stops the committer from planning: what is submitted queues.
+func (c *committer) hold() { c.loop.do(context.Background(), func() { c.held = true }) }
+
+// release lets the committer plan again.
+func (c *committer) release() {
+	c.loop.do(context.Background(), func() { c.held = false; c.pump() })
+}
+
+// scratch is the seq and hash of the committer's scratch state (0, 0: none).
+func (l *leaderSession) scratch() (seq uint64, hash string) {
+	l.loop.read(func() {
+		if sc := l.commit.scratch; sc != nil {
+			seq, hash = sc.Seq, sc.Hash()
+		}
+	})
+	return seq, hash
+}
+
+// registerGroup runs reqs concurrently while the committer is held, so
 // that they all queue; then lets them go: they are decided and appended as
 // one group. It returns the replies in reqs order.
 func registerGroup(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) []client.Reply {
 	t.Helper()
-	tl.commit.sem <- struct{}{}
+	tl.commit.hold()
 	replies := make([]client.Reply, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
 		wg.Go(func() { replies[i] = tl.register(ctxT(t), req) })
 		queued(t, tl.leaderSession, i+1) // submission order = reqs order
 	}
-	<-tl.commit.sem
+	tl.commit.release()
 	wg.Wait()
 	return replies
 }
@@ -130,8 +159,8 @@ func TestGroupedRegistrationsSeeEachOther(t *testing.T) {
 		t.Fatalf("workers %s next id %d, want [1,3,4] and 5", got, v.NextWorkerID)
 	}
 	// The scratch state the group was decided on is the projection.
-	if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
-		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
+	if seq, hash := tl.scratch(); seq != v.Seq || hash != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", seq, v.Seq)
 	}
 	// The next group is decided on the kept scratch state and sees the first.
 	reps = registerGroup(t, tl, []client.RegisterRequest{
@@ -213,7 +242,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 	}
 	const decided = "test-group-decided" // hit after the group's last decision
 	fp.Freeze(decided)
-	old.commit.sem <- struct{}{}
+	old.commit.hold()
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -230,7 +259,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 		})
 	})
 	queued(t, old.leaderSession, 3)
-	<-old.commit.sem
+	old.commit.release()
 	if err := fp.WaitPaused(ctx, decided); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +302,7 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	tl.commit.sem <- struct{}{}
+	tl.commit.hold()
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
 	decided := false
@@ -288,7 +317,7 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("mutate = %v, want context.Canceled", err)
 	}
-	<-tl.commit.sem
+	tl.commit.release()
 	queued(t, tl.leaderSession, 0)
 	if decided || len(log.appendSizes()) != 1 {
 		t.Fatalf("withdrawn mutation: decided %v, appends %v", decided, log.appendSizes())
@@ -349,14 +378,14 @@ func TestGroupOutcomeNotDecidedByCombinersContext(t *testing.T) {
 			return []events.Payload{events.WorkerRegistered{ID: id, Incarnation: inc, Endpoint: "10.0.0." + inc + ":1"}}, nil
 		}
 	}
-	// y is queued first, by hand, so that x is the only caller competing
-	// for sem: x combines the group [y, x].
+	// y is queued first, by hand, then x: the group is [y, x].
 	y := &mutation{ctx: ctxT(t), decide: registration(1, "1"), done: make(chan mutationResult, 1)}
-	tl.commit.mu.Lock()
-	tl.commit.queue = append(tl.commit.queue, y)
-	tl.commit.mu.Unlock()
+	tl.commit.hold()
+	tl.loop.do(ctxT(t), func() { tl.commit.queue = append(tl.commit.queue, y) })
 	xdone := make(chan error, 1)
 	go func() { xdone <- tl.mutate(xctx, "", registration(2, "2")) }()
+	queued(t, tl.leaderSession, 2)
+	tl.commit.release()
 	res := <-y.done
 	<-xdone // x's own answer may be its context's error; its event's fate is y's
 	if res.err != nil || res.seen != 2 {
@@ -441,7 +470,7 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if err := tl.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tl.commit.sem <- struct{}{}
+	tl.commit.hold()
 	var (
 		wg     sync.WaitGroup
 		a, b   client.Reply
@@ -458,7 +487,7 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	queued(t, tl.leaderSession, 2)
 	wg.Go(func() { b = tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}) })
 	queued(t, tl.leaderSession, 3)
-	<-tl.commit.sem
+	tl.commit.release()
 	wg.Wait()
 	if !errors.Is(badErr, group.ErrRefused) {
 		t.Errorf("refused decision: %v, want group.ErrRefused", badErr)
@@ -473,8 +502,8 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if got := fmt.Sprint(log.appendSizes()); got != "[1 1 1]" {
 		t.Errorf("append sizes %s, want [1 1 1]: term.started, a, then b on a fresh state", got)
 	}
-	if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
-		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
+	if seq, hash := tl.scratch(); seq != v.Seq || hash != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", seq, v.Seq)
 	}
 }
 

@@ -50,6 +50,7 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
+	loop         *termLoop // owns commit's, live's, recov's and sched's state
 	commit       *committer
 	live         *liveness
 	recov        recoveryState
@@ -66,6 +67,7 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 		r: r, ctx: ctx, lease: lease, lose: lose,
 		logger: r.log.With().Uint64("lease_rev", lease).Logger(),
 		sched:  newSchedState(),
+		loop:   newTermLoop(),
 	}
 	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, l.conn(), func(workers int) {
 		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
@@ -74,6 +76,12 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 	l.renewed.Store(r.cfg.Clock.Now()) // the lease was just taken
 	l.commit = newLeaderCommitter(l)
 	return l
+}
+
+// runLoop runs the term's loop (termLoop) until ctx ends.
+func (l *leaderSession) runLoop(ctx context.Context) {
+	l.commit.run()
+	l.loop.run(ctx, l.commit)
 }
 
 // mutate submits one decision to the committer (see committer.Submit).
@@ -430,7 +438,7 @@ func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref clien
 		return unavailable(err)
 	}
 	if d.Renew {
-		l.live.renew(d.Reply.ID, d.Reply.Epoch, l.r.cfg.Clock.Now())
+		l.grantTimeout(d.Reply.ID, d.Reply.Epoch)
 	}
 	return d.Reply
 }
@@ -517,8 +525,15 @@ func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest
 	if !r.Existing {
 		l.logger.Info().Uint64("worker_id", rep.ID).Uint64("epoch", rep.Epoch).Str("endpoint", req.Endpoint).Msg("worker registered")
 	}
-	l.live.renew(rep.ID, rep.Epoch, l.r.cfg.Clock.Now())
+	l.grantTimeout(rep.ID, rep.Epoch)
 	return rep
+}
+
+// grantTimeout grants registration (id, epoch) a fresh full timeout from
+// now, on the term's loop.
+func (l *leaderSession) grantTimeout(id, epoch uint64) {
+	now := l.r.cfg.Clock.Now()
+	l.loop.do(context.Background(), func() { l.live.renew(id, epoch, now) })
 }
 
 func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
@@ -540,7 +555,14 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.
 	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
-	rep, forbidden := l.live.beat(w, found, ref, l.conn(), l.r.cfg.Clock.Now())
+	c, now := l.conn(), l.r.cfg.Clock.Now()
+	var (
+		rep       client.Reply
+		forbidden bool
+	)
+	if !l.loop.do(context.Background(), func() { rep, forbidden = l.live.beat(w, found, ref, c, now) }) {
+		return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
+	}
 	if forbidden {
 		l.logForbidden(client.RPCHeartbeat, ref)
 	}
@@ -580,7 +602,8 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 }
 
 // collectExpired decides an expiry tick on v: the view, the deadlines, the
-// connection and now in, the worker.expired events to append out.
+// connection and now in, the worker.expired events to append out. It runs
+// in a decision, so on the term's loop, which owns the deadlines.
 func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
 	return l.live.expire(v, l.conn(), l.r.cfg.Clock.Now())
 }

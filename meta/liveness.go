@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"sync"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -13,15 +12,14 @@ import (
 // liveness is a leader term's memory of worker liveness: heartbeat
 // deadlines by worker id, in memory only (a new leader grants fresh
 // timeouts), and the reconnect count of the connection when they were last
-// valid. It is safe for concurrent use: mu guards every field below it, and
-// the state changes only as the pure decisions say (decide.Hear,
-// decide.Heartbeat, decide.Expire). Its callers gather the other inputs
-// (the view, the connection, now).
+// valid. It belongs to the term's loop (termLoop): every method runs on the
+// loop's goroutine, and the state changes only as the pure decisions say
+// (decide.Hear, decide.Heartbeat, decide.Expire). Its callers gather the
+// other inputs (the view, the connection, now).
 type liveness struct {
 	cfg  decide.Config
-	back func(workers int) // called (with mu held) when the connection came back: the deadlines were pushed
+	back func(workers int) // called when the connection came back: the deadlines were pushed
 
-	mu         sync.Mutex
 	deadlines  map[uint64]decide.Deadline
 	reconnects uint64
 }
@@ -30,10 +28,10 @@ func newLiveness(cfg decide.Config, c decide.Conn, back func(workers int)) *live
 	return &liveness{cfg: cfg, back: back, deadlines: map[uint64]decide.Deadline{}, reconnects: c.Reconnects}
 }
 
-// hearLocked decides whether heartbeats can reach the leader over c at now
-// and, when the connection came back, pushes every deadline to the floor
-// the decision names. Called with mu held.
-func (lv *liveness) hearLocked(c decide.Conn, now time.Time) bool {
+// hear decides whether heartbeats can reach the leader over c at now and,
+// when the connection came back, pushes every deadline to the floor the
+// decision names.
+func (lv *liveness) hear(c decide.Conn, now time.Time) bool {
 	h := decide.Hear(c, lv.reconnects, now, lv.cfg)
 	if h.Back {
 		lv.reconnects = h.Reconnects
@@ -50,18 +48,14 @@ func (lv *liveness) hearLocked(c decide.Conn, now time.Time) bool {
 
 // renew grants registration (id, epoch) a fresh full timeout from now.
 func (lv *liveness) renew(id, epoch uint64, now time.Time) {
-	lv.mu.Lock()
 	lv.deadlines[id] = decide.Renewed(epoch, now, lv.cfg)
-	lv.mu.Unlock()
 }
 
 // beat decides and applies a heartbeat of ref at now (decide.Heartbeat:
 // ownership first, then the deadline); w and found are the projected
 // worker ref.ID. forbidden: ref names a registration it does not own.
 func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef, c decide.Conn, now time.Time) (rep client.Reply, forbidden bool) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.hearLocked(c, now) // a deadline that passed during an outage is fresh again
+	lv.hear(c, now) // a deadline that passed during an outage is fresh again
 	d, has := lv.deadlines[ref.ID]
 	rep, renew, forbidden := decide.Heartbeat(w, found, ref, d, has, now)
 	if renew {
@@ -74,9 +68,7 @@ func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef,
 // applies the deadlines it grants and drops, and returns the events to
 // append: none while heartbeats cannot arrive.
 func (lv *liveness) expire(v *projections.State, c decide.Conn, now time.Time) []events.Payload {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if !lv.hearLocked(c, now) {
+	if !lv.hear(c, now) {
 		return nil
 	}
 	x := decide.Expire(v, lv.deadlines, now, lv.cfg)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -124,7 +123,7 @@ func longAppends(c *Config) { c.AppendTimeout = 10 * time.Second }
 // pipelining makes tl send a group while another is in flight however few
 // mutations wait.
 func pipelining(tl *testLeader) *testLeader {
-	tl.commit.minPipelined = 1
+	tl.loop.do(context.Background(), func() { tl.commit.minPipelined = 1 })
 	return tl
 }
 
@@ -186,11 +185,11 @@ func TestPipelinedGroupsInFlight(t *testing.T) {
 		a := registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 		<-entered2
 		b := registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-		queued(t, tl.leaderSession, 1)
+		inFlight(t, tl.leaderSession, 2) // b is decided at once, its group sent after a's
 		close(go2)
 		<-entered3
 		c := registerAsync(t, tl, client.RegisterRequest{Incarnation: "c", Endpoint: "10.0.0.1:1"}) // replaces a at its endpoint
-		queued(t, tl.leaderSession, 1)
+		inFlight(t, tl.leaderSession, 3)
 		close(go3)
 		for i, want := range []struct{ id, epoch uint64 }{{1, 2}, {2, 3}, {3, 4}} {
 			rep := reply(t, []<-chan client.Reply{a, b, c}[i])
@@ -235,7 +234,7 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 		a := registerAsync(t, old, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 		<-entered2 // group 1 decided on seq 1, not sent yet
 		b := registerAsync(t, old, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-		queued(t, old.leaderSession, 1)
+		inFlight(t, old.leaderSession, 2) // b decided on the scratch state, sent after group 1
 		g.pause(2)
 		nl := newTestLeader(t, "meta-2", base, clk, 2)
 		if err := nl.startTerm(ctx); err != nil { // term.started at seq 2
@@ -266,7 +265,7 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 // twoGroupsInFlight starts tl's term and registers "a" and then "b": a's
 // group (seq 2) waits on entry until go2 is closed, its ack is held until
 // seq 3 (b's group) is sent, which closes sent3, and with loseFirst its ack
-// is lost. It returns once b is queued behind a's group.
+// is lost. It returns once b's group is in flight behind a's.
 func twoGroupsInFlight(t *testing.T, tl *testLeader, g *gateLog, loseFirst bool) (a, b <-chan client.Reply, go2, sent3 chan struct{}) {
 	t.Helper()
 	if err := tl.startTerm(ctxT(t)); err != nil {
@@ -283,7 +282,7 @@ func twoGroupsInFlight(t *testing.T, tl *testLeader, g *gateLog, loseFirst bool)
 	a = registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 	<-entered2
 	b = registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-	queued(t, tl.leaderSession, 1)
+	inFlight(t, tl.leaderSession, 2)
 	return a, b, go2, sent3
 }
 
@@ -311,8 +310,8 @@ func TestPipelinedGroupLostAckRetriedOnce(t *testing.T) {
 			t.Fatalf("next register: %+v", rep)
 		}
 		v := tl.r.proj.View()
-		if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
-			t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
+		if seq, hash := tl.scratch(); seq != v.Seq || hash != v.Hash() {
+			t.Fatalf("scratch at seq %d differs from the projection at seq %d", seq, v.Seq)
 		}
 	})
 }
@@ -364,94 +363,49 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 	})
 }
 
-// room bounds what is in flight: at most maxFlights groups, at most
-// maxFlightEvents events with a new group (unless none is in flight), and
-// while one is in flight the next is taken only once minPipelined
-// mutations wait. (synctest: Wait returns once room is blocked.)
+// room bounds what is in flight: at most maxFlights groups, and, unless
+// none is in flight, at least minPipelined mutations waiting and room for
+// them (one event each) under maxFlightEvents.
 func TestRoomBoundsFlights(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := &committer{minPipelined: 3}
-		fly := func(n int) {
-			l.flights = append(l.flights, &flight{evs: make([]events.Event, n), done: make(chan struct{})})
-			l.flightEvents += n
-		}
-		settleHead := func() {
-			l.mu.Lock()
-			h := l.flights[0]
-			l.flights = l.flights[1:]
-			l.flightEvents -= len(h.evs)
-			l.mu.Unlock()
-			close(h.done)
-		}
-		// run starts room(n) and returns once it returned or is blocked;
-		// waiting reports which (failing on an error).
-		run := func(n int) chan error {
-			got := make(chan error, 1)
-			go func() { got <- l.room(t.Context(), n) }()
-			synctest.Wait()
-			return got
-		}
-		waiting := func(got chan error) bool {
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("room: %v", err)
-				}
-				return false
-			default:
-				return true
-			}
-		}
-		l.queue = make([]*mutation, 3)
-		for range maxFlights {
-			fly(1)
-		}
-		got := run(0)
-		if !waiting(got) {
-			t.Fatalf("group %d taken with %d in flight", maxFlights+1, maxFlights)
-		}
-		settleHead()
-		synctest.Wait()
-		if waiting(got) {
-			t.Fatal("next group not taken once one of the groups in flight settled")
-		}
-		for len(l.flights) > 0 {
-			settleHead()
-		}
-		// Events in flight.
-		fly(maxFlightEvents - 10)
-		if got := run(10); waiting(got) {
-			t.Fatalf("a group that fits the events bound waits")
-		}
-		got = run(11)
-		if !waiting(got) {
-			t.Fatalf("a group of 11 sent with %d events in flight", maxFlightEvents-10)
-		}
-		settleHead()
-		synctest.Wait()
-		if waiting(got) {
-			t.Fatal("a group not sent once nothing is in flight")
-		}
-		if got := run(2 * maxFlightEvents); waiting(got) {
-			t.Fatal("a group larger than the bound waits with nothing in flight")
-		}
-		// Few queued while a group is in flight: wait for it (the queue
-		// grows meanwhile); enough queued: take them.
+	c := &committer{minPipelined: 3}
+	fly := func(n int) {
+		c.flights = append(c.flights, &flight{evs: make([]events.Event, n)})
+		c.flightEvents += n
+	}
+	reset := func(queued int) {
+		c.flights, c.flightEvents, c.queue = nil, 0, make([]*mutation, queued)
+	}
+	reset(3)
+	for range maxFlights - 1 {
 		fly(1)
-		l.queue = make([]*mutation, 2)
-		got = run(0)
-		if !waiting(got) {
-			t.Fatal("2 mutations taken while a group is in flight (minPipelined 3)")
-		}
-		settleHead()
-		synctest.Wait()
-		if waiting(got) {
-			t.Fatal("mutations not taken once nothing is in flight")
-		}
-		fly(1)
-		l.queue = make([]*mutation, 3)
-		if got := run(0); waiting(got) {
-			t.Fatal("3 mutations not taken while a group is in flight (minPipelined 3)")
-		}
-	})
+	}
+	if !c.room() {
+		t.Fatalf("group %d not taken with %d in flight", maxFlights, maxFlights-1)
+	}
+	fly(1)
+	if c.room() {
+		t.Fatalf("group %d taken with %d in flight", maxFlights+1, maxFlights)
+	}
+	reset(10)
+	fly(maxFlightEvents - 10)
+	if !c.room() {
+		t.Fatal("a group that fits the events bound waits")
+	}
+	c.queue = make([]*mutation, 11)
+	if c.room() {
+		t.Fatalf("a group of 11 taken with %d events in flight", maxFlightEvents-10)
+	}
+	reset(2 * maxFlightEvents)
+	if !c.room() {
+		t.Fatal("a large queue waits with nothing in flight")
+	}
+	reset(2)
+	fly(1)
+	if c.room() {
+		t.Fatal("2 mutations taken while a group is in flight (minPipelined 3)")
+	}
+	c.queue = make([]*mutation, 3)
+	if !c.room() {
+		t.Fatal("3 mutations not taken while a group is in flight (minPipelined 3)")
+	}
 }

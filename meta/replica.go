@@ -374,6 +374,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 			f(lctx)
 		}()
 	}
+	start("term", l.runLoop) // first: every other task sends it messages
 	lastRenew := &l.renewed // stored when the session was made, right after Acquire
 	start("renew", func(ctx context.Context) { l.renewLoop(ctx, lastRenew) })
 	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, lastRenew) })
@@ -429,11 +430,3 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	r.onTerm(l.term, lease, TermEnded, reason)
 	return l.term, reason
 }
-
-type atomicTime struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (a *atomicTime) Store(t time.Time) { a.mu.Lock(); a.t = t; a.mu.Unlock() }
-func (a *atomicTime) Load() time.Time   { a.mu.Lock(); defer a.mu.Unlock(); return a.t }
