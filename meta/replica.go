@@ -375,7 +375,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 		}()
 	}
 	start("term", l.runLoop) // first: every other task sends it messages
-	lastRenew := &l.renewed // stored when the session was made, right after Acquire
+	lastRenew := &l.renewed  // stored when the session was made, right after Acquire
 	start("renew", func(ctx context.Context) { l.renewLoop(ctx, lastRenew) })
 	start("watchdog", func(ctx context.Context) { l.watchdog(ctx, lastRenew) })
 	start("stepdown", func(ctx context.Context) {
