@@ -92,8 +92,19 @@ func (t *termLoop) do(ctx context.Context, f func()) bool {
 	case <-ctx.Done():
 		return false
 	}
-	<-ran // the loop runs every message it takes
-	return true
+	select {
+	case <-ran:
+		return true
+	case <-t.done:
+		// Ended: f ran before the loop did, or never will (it stays in the
+		// inbox's buffer).
+		select {
+		case <-ran:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // post sends f to the loop without waiting for it to run; an I/O goroutine
