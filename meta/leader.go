@@ -423,19 +423,24 @@ func (l *leaderSession) logForbidden(rpc string, ref client.WorkerRef) {
 }
 
 // decideRequest submits a request's pure decision and answers as it says:
-// the decision's reply once its events are stored (the worker renewed when
-// it asks for that), or unavailable when they could not be.
+// the decision's reply once its events are stored (a new registration's
+// epoch is the seq its event is stored at; the worker renewed when the
+// decision asks for that), or unavailable when they could not be.
 func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref client.WorkerRef, f func(v *projections.State) decide.Decision) client.Reply {
 	var d decide.Decision
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	seen, err := l.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		d = f(v)
-		if d.Forbidden {
-			l.logForbidden(rpc, ref)
-		}
 		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
+	}
+	if d.Forbidden {
+		l.logForbidden(rpc, ref)
+	}
+	if d.EpochAtSeq {
+		d.Reply.Epoch = seen
+		l.logger.Info().Uint64("worker_id", d.Reply.ID).Uint64("epoch", d.Reply.Epoch).Msg("worker registered")
 	}
 	if d.Renew {
 		l.grantTimeout(d.Reply.ID, d.Reply.Epoch)
@@ -508,25 +513,9 @@ func (l *leaderSession) handle(ctx context.Context, rpc string, data []byte) cli
 }
 
 func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
-	var r decide.Registration
-	seen, err := l.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		r = decide.Register(v, req)
-		return r.Events, nil
+	return l.decideRequest(ctx, client.RPCRegister, client.WorkerRef{Incarnation: req.Incarnation}, func(v *projections.State) decide.Decision {
+		return decide.Register(v, req)
 	})
-	if err != nil {
-		return unavailable(err)
-	}
-	var rep client.Reply
-	var visible bool
-	l.r.proj.Peek(func(v *projections.State) { rep, visible = decide.Registered(v, r, req, seen) })
-	if !visible {
-		return rep
-	}
-	if !r.Existing {
-		l.logger.Info().Uint64("worker_id", rep.ID).Uint64("epoch", rep.Epoch).Str("endpoint", req.Endpoint).Msg("worker registered")
-	}
-	l.grantTimeout(rep.ID, rep.Epoch)
-	return rep
 }
 
 // grantTimeout grants registration (id, epoch) a fresh full timeout from

@@ -49,7 +49,7 @@ type req struct {
 
 type registration struct {
 	req client.RegisterRequest
-	d   decide.Registration
+	d   decide.Decision
 }
 
 // flight is a group sent and not settled.
@@ -392,7 +392,10 @@ func (w *world) conclude(b *strings.Builder, f *flight, o group.Outcome) {
 			fmt.Fprintf(b, "%s: ok\n", r.line)
 			continue
 		}
-		rep, _ := decide.Registered(w.proj, r.reg.d, r.reg.req, a.Seen)
+		rep := r.reg.d.Reply // as meta answers it: a new registration's epoch is its seq
+		if r.reg.d.EpochAtSeq {
+			rep.Epoch = a.Seen
+		}
 		if rep.Error != nil {
 			fmt.Fprintf(b, "%s: reply %s: %s\n", r.line, rep.Error.Code, rep.Error.Message)
 		} else {
