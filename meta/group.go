@@ -88,7 +88,8 @@ type committer struct {
 	proj          *view.Projector
 	clock         clock.Clock
 	fp            *failpoint.Set
-	appendTimeout time.Duration
+	appendTimeout time.Duration                        // an attempt's bound: min(AppendTimeout, resendAfter)
+	maxAttempts   int                                  // attempts of an append whose outcome stays unknown
 	mayAppend     func() error                         // ErrDisconnected while the connection is down, ErrLeaseLost once the lease is too old
 	fenced        func(ctx context.Context, err error) // an append was fenced: re-project, maybe lose the term
 	lose          func(reason string)                  // ends the term
@@ -118,7 +119,8 @@ func newLeaderCommitter(l *leaderSession) *committer {
 	cfg := &l.r.cfg
 	return &committer{
 		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
-		appendTimeout: cfg.AppendTimeout, logger: l.logger,
+		appendTimeout: min(cfg.AppendTimeout, resendAfter), maxAttempts: appendAttemptsFor(cfg.AppendTimeout),
+		logger:    l.logger,
 		mayAppend: l.mayAppend, fenced: l.onFenced, lose: l.lose, loop: l.loop,
 		sends: make(chan *flight, maxFlights+1), settles: make(chan *flight, maxFlights+1),
 		minPipelined: minPipelined,
@@ -400,6 +402,7 @@ func (c *committer) sender() {
 				f.pend = events.Done{Last: f.base, Err: fmt.Errorf("append at seq %d %w: %w", f.base+1, group.ErrNotSent, err)}
 				break
 			}
+			f.sent = time.Now()
 			actx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.appendTimeout)
 			f.pend = c.log.AppendAsync(actx, f.base, f.prevID, f.evs...)
 			cancel()
@@ -433,6 +436,7 @@ type flight struct {
 	prevID string         // the msg id of prev's last event
 	gate   *mutation      // its failpoint is hit before the append
 	pend   events.Pending // set by the sender; nil when evs is empty
+	sent   time.Time      // when the sender handed it to the log
 	// stored is the seq up to which everything this group's decisions saw
 	// is known stored; err is nil iff that is all of it.
 	stored uint64
@@ -453,7 +457,7 @@ func (f *flight) lastID() string {
 // outcome to the loop before it answers.
 func (c *committer) settle(f *flight) {
 	ctx := c.ctx
-	s := group.Settling{Base: f.base, Events: len(f.evs), Attempts: appendAttempts}
+	s := group.Settling{Base: f.base, Events: len(f.evs), Attempts: c.maxAttempts}
 	if p := f.prev; p != nil {
 		s.Prior = group.Prior{Chained: true, Stored: p.stored, Err: p.err}
 		f.prev = nil // do not keep every group alive
@@ -462,7 +466,7 @@ func (c *committer) settle(f *flight) {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
 		last, err := f.pend.Wait(wctx)
 		cancel()
-		c.attempts(ctx, &s, f.evs, last, err)
+		c.attempts(ctx, &s, f.evs, last, err, f.sent)
 	}
 	o := s.Outcome()
 	if o.Fenced {
@@ -498,7 +502,7 @@ func (c *committer) settled(f *flight, o group.Outcome) {
 // attempts feeds s the outcome (last, err) of the attempt just made and
 // sends evs again, with the same ids and expected last seq, for as long as
 // s says to.
-func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []events.Event, last uint64, err error) {
+func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []events.Event, last uint64, err error, sent time.Time) {
 	for {
 		if ctx.Err() != nil {
 			s.Attempts = 0 // the term ended: no further attempt
@@ -507,6 +511,13 @@ func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []event
 			return
 		}
 		c.logger.Warn().Err(err).Uint64("expected_seq", s.Base).Int("events", len(evs)).Msg("append outcome unknown; sending it again with the same message ids")
+		// An attempt that failed at once (no responders while the stream
+		// elects a leader) is paced: one attempt per appendTimeout.
+		select {
+		case <-time.After(time.Until(sent.Add(c.appendTimeout))):
+		case <-ctx.Done():
+		}
+		sent = time.Now()
 		last, err = c.appendOnce(ctx, s.Base, evs)
 	}
 }
@@ -525,9 +536,10 @@ func (c *committer) resendUnsure(ctx context.Context, u *flight) (stored uint64,
 	if u == nil {
 		return 0, true, nil
 	}
-	s := group.Settling{Base: u.base, Events: len(u.evs), Attempts: appendAttempts, Resending: true}
+	s := group.Settling{Base: u.base, Events: len(u.evs), Attempts: c.maxAttempts, Resending: true}
+	sent := time.Now()
 	last, err := c.appendOnce(ctx, u.base, u.evs)
-	c.attempts(ctx, &s, u.evs, last, err)
+	c.attempts(ctx, &s, u.evs, last, err, sent)
 	o := s.Outcome()
 	switch {
 	case o.Err == nil:
@@ -539,14 +551,29 @@ func (c *committer) resendUnsure(ctx context.Context, u *flight) (stored uint64,
 	return o.Stored, !o.Unsure, fmt.Errorf("resending a group whose outcome is unknown: %w", o.Err)
 }
 
-// appendAttempts is how many times an append whose outcome stays unknown
-// is sent.
-const appendAttempts = 3
+// appendAttempts × AppendTimeout is how long an append whose outcome stays
+// unknown is sent again and again, in attempts of resendAfter (or
+// AppendTimeout when it is shorter): an attempt lost with a NATS node (its
+// stream leader gone, the request unanswered) is sent again within
+// resendAfter of the stream answering again, not after a whole
+// AppendTimeout. Every attempt carries the same ids and expected last seq,
+// so the log stores the group once, whole or not at all; an attempt that a
+// slow stream has not answered yet is answered as a duplicate.
+const (
+	appendAttempts = 3
+	resendAfter    = 500 * time.Millisecond
+)
+
+// appendAttemptsFor is how many attempts of min(timeout, resendAfter) fit
+// in appendAttempts × timeout.
+func appendAttemptsFor(timeout time.Duration) int {
+	return max(appendAttempts, int(appendAttempts*timeout/min(timeout, resendAfter)))
+}
 
 // appendOnce sends evs once with expected last seq expected, bounded by
-// AppendTimeout. It returns the seq of the last event known stored (at
-// least expected); an error wrapping group.ErrNotSent means nothing was
-// sent.
+// min(AppendTimeout, resendAfter). It returns the seq of the last event
+// known stored (at least expected); an error wrapping group.ErrNotSent
+// means nothing was sent.
 func (c *committer) appendOnce(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
 	if err := c.mayAppend(); err != nil {
 		return expected, fmt.Errorf("append at seq %d %w: %w", expected+1, group.ErrNotSent, err)

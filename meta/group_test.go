@@ -413,10 +413,12 @@ func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
 		evs      []events.Event
 	}
 	var inFlight *held
+	const attemptBound = 100 * time.Millisecond // AppendTimeout: attempts of 100 ms
+	attempts := appendAttemptsFor(attemptBound)
 	log := &hookLog{MemLog: events.NewMemLog()}
 	log.hook = func(call int, expected uint64, evs []events.Event) error {
 		switch {
-		case call >= 2 && call <= 4: // the group's three attempts
+		case call >= 2 && call <= 1+attempts: // every attempt of the group
 			if inFlight == nil {
 				inFlight = &held{expected, evs}
 			}
@@ -429,7 +431,7 @@ func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
 		}
 		return nil
 	}
-	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1, func(c *Config) { c.AppendTimeout = attemptBound })
 	ctx := ctxT(t)
 	if err := tl.startTerm(ctx); err != nil {
 		t.Fatal(err)
@@ -624,5 +626,71 @@ func TestCommitterEncodesEachEventOnce(t *testing.T) {
 	defer log.mu.Unlock()
 	if log.appended != 3 || len(log.unsealed) != 0 {
 		t.Fatalf("%d events appended, encoded again by the log: %v", log.appended, log.unsealed)
+	}
+}
+
+// lostLog loses the first append: it is never answered (its request went
+// to a NATS node that died) and nothing of it is stored; it records each
+// append's bound.
+type lostLog struct {
+	*events.MemLog
+	mu     sync.Mutex
+	bounds []time.Duration // each append's context deadline, from its call
+}
+
+func (l *lostLog) bound(ctx context.Context) int {
+	dl, _ := ctx.Deadline()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bounds = append(l.bounds, time.Until(dl))
+	return len(l.bounds)
+}
+
+func (l *lostLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	l.bound(ctx)
+	return l.MemLog.Append(ctx, expected, evs...)
+}
+
+func (l *lostLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
+	if l.bound(ctx) == 2 { // the first after term.started
+		return lostPending{expected}
+	}
+	return l.MemLog.AppendAsync(ctx, expected, prevID, evs...)
+}
+
+type lostPending struct{ expected uint64 }
+
+func (p lostPending) Wait(ctx context.Context) (uint64, error) {
+	<-ctx.Done()
+	return p.expected, fmt.Errorf("outcome unknown: %w", ctx.Err())
+}
+
+// An append whose ack never comes is sent again, with the same ids, after
+// one attempt of resendAfter, not after the whole AppendTimeout: a NATS
+// node lost under the leader adds at most that to its append blackout. The
+// group is stored once and its caller answered.
+func TestUnansweredAppendResentAfterOneAttempt(t *testing.T) {
+	log := &lostLog{MemLog: events.NewMemLog()}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1, func(c *Config) { c.AppendTimeout = 10 * time.Second })
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	rep := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
+	if rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
+		t.Fatalf("register: %+v, want id 1 epoch 2", rep)
+	}
+	log.mu.Lock()
+	bounds := append([]time.Duration(nil), log.bounds...)
+	log.mu.Unlock()
+	if len(bounds) != 3 {
+		t.Fatalf("%d appends, want 3 (term.started, the lost one, its resend)", len(bounds))
+	}
+	for i, b := range bounds[1:] {
+		if b > resendAfter {
+			t.Errorf("attempt %d bounded by %s, want at most %s (AppendTimeout is 10s)", i+1, b, resendAfter)
+		}
+	}
+	if got := workerList(tl.r.proj.View()); got != "[1]" {
+		t.Fatalf("workers %s, want [1]: stored once", got)
 	}
 }
