@@ -104,6 +104,7 @@ type committer struct {
 	tail         *flight            // the last group with events sent since scratch was rebuilt
 	queue        []*mutation        // submitted, not yet decided
 	flights      []*flight          // groups handed to the sender and not settled, in order
+	unsent       int                // of them, not yet handed to the log by the sender
 	flightEvents int                // their events
 	broken       bool               // a group failed: scratch holds events that may not be stored
 	lastWritten  uint64             // seq of this term's last stored event
@@ -223,12 +224,18 @@ func (c *committer) pump() {
 	}
 }
 
-// room: fewer than maxFlights groups in flight and, unless none is, at
-// least minPipelined mutations queued and room for them under
-// maxFlightEvents (counted as one event each).
+// room: nothing in flight; or the sender idle, fewer than maxFlights
+// groups in flight, at least minPipelined mutations queued and room for
+// them under maxFlightEvents (counted as one event each).
 func (c *committer) room() bool {
-	if len(c.flights) == 0 {
+	switch {
+	case len(c.flights) == 0:
 		return true
+	case c.unsent > 0:
+		// The sender is still handing a group to the log (an atomic batch
+		// is sent whole before AppendAsync returns): the queue grows
+		// meanwhile, so the next group is large, as one decided after it.
+		return false
 	}
 	n := min(len(c.queue), group.MaxGroup)
 	return len(c.flights) < maxFlights && n >= c.minPipelined && c.flightEvents+n <= maxFlightEvents
@@ -384,6 +391,7 @@ func (c *committer) send(f *flight) {
 	}
 	c.flights = append(c.flights, f)
 	c.flightEvents += len(f.evs)
+	c.unsent++
 	c.sends <- f // never blocks: at most maxFlights groups are in flight
 }
 
@@ -407,6 +415,7 @@ func (c *committer) sender() {
 			f.pend = c.log.AppendAsync(actx, f.base, f.prevID, f.evs...)
 			cancel()
 		}
+		c.loop.post(func() { c.unsent--; c.pump() })
 		c.settles <- f
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
-	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/group"
 	"github.com/termlog/termlog/projections"
@@ -83,17 +82,6 @@ func queued(t *testing.T, l *leaderSession, n int) {
 		}
 		time.Sleep(time.Millisecond) // polling the condition, not waiting it out
 	}
-}
-
-// inFlight polls until n groups are in flight (handed to the sender, not
-// settled).
-func inFlight(t *testing.T, l *leaderSession, n int) {
-	t.Helper()
-	var got int
-	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d groups in flight", n), func() bool {
-		l.loop.read(func() { got = len(l.commit.flights) })
-		return got == n
-	})
 }
 
 // hold stops the committer from planning: what is submitted queues.

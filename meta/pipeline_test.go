@@ -185,11 +185,11 @@ func TestPipelinedGroupsInFlight(t *testing.T) {
 		a := registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 		<-entered2
 		b := registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-		inFlight(t, tl.leaderSession, 2) // b is decided at once, its group sent after a's
+		queued(t, tl.leaderSession, 1)
 		close(go2)
 		<-entered3
 		c := registerAsync(t, tl, client.RegisterRequest{Incarnation: "c", Endpoint: "10.0.0.1:1"}) // replaces a at its endpoint
-		inFlight(t, tl.leaderSession, 3)
+		queued(t, tl.leaderSession, 1)
 		close(go3)
 		for i, want := range []struct{ id, epoch uint64 }{{1, 2}, {2, 3}, {3, 4}} {
 			rep := reply(t, []<-chan client.Reply{a, b, c}[i])
@@ -234,7 +234,7 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 		a := registerAsync(t, old, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 		<-entered2 // group 1 decided on seq 1, not sent yet
 		b := registerAsync(t, old, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-		inFlight(t, old.leaderSession, 2) // b decided on the scratch state, sent after group 1
+		queued(t, old.leaderSession, 1)
 		g.pause(2)
 		nl := newTestLeader(t, "meta-2", base, clk, 2)
 		if err := nl.startTerm(ctx); err != nil { // term.started at seq 2
@@ -265,7 +265,7 @@ func TestPipelinedGroupsFencedByNewTerm(t *testing.T) {
 // twoGroupsInFlight starts tl's term and registers "a" and then "b": a's
 // group (seq 2) waits on entry until go2 is closed, its ack is held until
 // seq 3 (b's group) is sent, which closes sent3, and with loseFirst its ack
-// is lost. It returns once b's group is in flight behind a's.
+// is lost. It returns once b is queued behind a's group.
 func twoGroupsInFlight(t *testing.T, tl *testLeader, g *gateLog, loseFirst bool) (a, b <-chan client.Reply, go2, sent3 chan struct{}) {
 	t.Helper()
 	if err := tl.startTerm(ctxT(t)); err != nil {
@@ -282,7 +282,7 @@ func twoGroupsInFlight(t *testing.T, tl *testLeader, g *gateLog, loseFirst bool)
 	a = registerAsync(t, tl, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 	<-entered2
 	b = registerAsync(t, tl, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
-	inFlight(t, tl.leaderSession, 2)
+	queued(t, tl.leaderSession, 1)
 	return a, b, go2, sent3
 }
 
@@ -399,6 +399,13 @@ func TestRoomBoundsFlights(t *testing.T) {
 	if !c.room() {
 		t.Fatal("a large queue waits with nothing in flight")
 	}
+	reset(3)
+	fly(1)
+	c.unsent = 1
+	if c.room() {
+		t.Fatal("a group taken while the sender still hands the one before it to the log")
+	}
+	c.unsent = 0
 	reset(2)
 	fly(1)
 	if c.room() {
