@@ -55,8 +55,9 @@ func benchLeaderWith(b *testing.B, workers int) *leaderSession {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := r.newLeaderSession(ctx, 2, func(string) {})
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); _ = r.proj.Run(ctx) }()
+	go func() { defer wg.Done(); l.runLoop(ctx) }()
 	b.Cleanup(func() { cancel(); wg.Wait() })
 	if err := l.startTerm(ctx); err != nil {
 		b.Fatal(err)

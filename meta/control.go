@@ -67,21 +67,23 @@ type Recovery struct {
 	Took        time.Duration     `json:"took,omitempty"`
 }
 
-// recovery is the term's barrier recovery as status shows it.
-func (l *leaderSession) recovery() Recovery { return l.recov.snapshot() }
+// recovery is the term's barrier recovery as status shows it: a copy made
+// on the term's loop.
+func (l *leaderSession) recovery() Recovery {
+	var r Recovery
+	l.loop.read(func() { r = l.recov.snapshot() })
+	return r
+}
 
-// recoveryState is a term's barrier recovery: written by the control loop
-// alone, read by anyone through snapshot. mu guards every field.
+// recoveryState is a term's barrier recovery. It belongs to the term's
+// loop: the control loop changes it, and status reads copies, by messages.
 type recoveryState struct {
-	mu      sync.Mutex
 	rec     Recovery            // Waiting is kept in waiting instead
 	waiting map[uint64]struct{} // active workers without an acked control session
 }
 
 // snapshot returns a copy of the recovery, Waiting sorted.
 func (rs *recoveryState) snapshot() Recovery {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	r := rs.rec
 	r.Sessions = make(map[string]uint64, len(rs.rec.Sessions))
 	for k, v := range rs.rec.Sessions {
@@ -152,10 +154,10 @@ func (l *leaderSession) controlLoop(ctx context.Context) {
 		}
 		c.wg.Wait()
 	}()
-	l.recov.mu.Lock()
-	l.recov.rec = Recovery{Term: l.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
-	l.recov.waiting = map[uint64]struct{}{}
-	l.recov.mu.Unlock()
+	start := Recovery{Term: l.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
+	if !l.loop.do(ctx, func() { l.recov.rec, l.recov.waiting = start, map[uint64]struct{}{} }) {
+		return
+	}
 
 	changed := l.r.proj.Changed()
 	c.reconcile(ctx)
@@ -192,13 +194,42 @@ func (l *leaderSession) controlLoop(ctx context.Context) {
 // one (and injects the barrier) for every active worker without a matching
 // session, and recomputes who is waiting.
 func (c *controller) reconcile(ctx context.Context) {
-	l := c.l
 	c.round++
-	var (
-		open    []projections.Worker
-		waiting []uint64
-	)
-	l.r.proj.Peek(func(v *projections.State) {
+	open, waiting := c.match()
+	var gone []string
+	for ep, s := range c.sessions {
+		if s.round != c.round {
+			s.conn.Close()
+			delete(c.sessions, ep)
+			gone = append(gone, ep)
+		}
+	}
+	slices.SortFunc(open, func(a, b projections.Worker) int { return strings.Compare(a.Endpoint, b.Endpoint) })
+	opened := make([]*session, 0, len(open))
+	for _, w := range open {
+		waiting = append(waiting, w.ID)
+		if ctx.Err() != nil {
+			continue
+		}
+		s := c.l.openSession(ctx, w, &c.wg, c.evc)
+		if s == nil {
+			continue
+		}
+		s.round = c.round
+		c.sessions[w.Endpoint] = s
+		opened = append(opened, s)
+		if err := client.WriteControl(s.conn, client.ControlMsg{Type: client.MsgBarrier, Barrier: c.barrier}); err != nil {
+			s.closed = true
+		}
+	}
+	c.l.loop.do(ctx, func() { c.record(gone, opened, waiting) })
+}
+
+// match looks at the projection: the active workers without a matching
+// session (to open), and those with an unacked one (waiting). The sessions
+// that match are marked with this round.
+func (c *controller) match() (open []projections.Worker, waiting []uint64) {
+	c.l.r.proj.Peek(func(v *projections.State) {
 		c.seq, c.workers = v.Seq, len(v.Endpoints)
 		for ep, id := range v.Endpoints {
 			w := v.Workers[id]
@@ -215,55 +246,31 @@ func (c *controller) reconcile(ctx context.Context) {
 			open = append(open, *w)
 		}
 	})
-	var gone []string
-	for ep, s := range c.sessions {
-		if s.round != c.round {
-			s.conn.Close()
-			delete(c.sessions, ep)
-			gone = append(gone, ep)
-		}
-	}
-	slices.SortFunc(open, func(a, b projections.Worker) int { return strings.Compare(a.Endpoint, b.Endpoint) })
-	attempts := 0
-	opened := make([]*session, 0, len(open))
-	for _, w := range open {
-		waiting = append(waiting, w.ID)
-		if ctx.Err() != nil {
-			continue
-		}
-		s := l.openSession(ctx, w, &c.wg, c.evc)
-		if s == nil {
-			continue
-		}
-		s.round = c.round
-		c.sessions[w.Endpoint] = s
-		opened = append(opened, s)
-		attempts++
-		if err := client.WriteControl(s.conn, client.ControlMsg{Type: client.MsgBarrier, Barrier: c.barrier}); err != nil {
-			s.closed = true
-		}
-	}
-	l.recov.mu.Lock()
-	defer l.recov.mu.Unlock()
-	l.recov.rec.Rounds++
-	l.recov.rec.Attempts += attempts
-	for _, ep := range gone {
-		delete(l.recov.rec.Sessions, ep)
-	}
-	for _, s := range opened {
-		l.recov.rec.Sessions[s.endpoint] = s.id
-	}
-	clear(l.recov.waiting)
-	for _, id := range waiting {
-		l.recov.waiting[id] = struct{}{}
-	}
-	c.completeLocked()
+	return open, waiting
 }
 
-// completeLocked ends the initial recovery once nobody waits, judged on the
+// record writes a reconcile's outcome into the recovery, on the term's loop.
+func (c *controller) record(gone []string, opened []*session, waiting []uint64) {
+	rs := &c.l.recov
+	rs.rec.Rounds++
+	rs.rec.Attempts += len(opened)
+	for _, ep := range gone {
+		delete(rs.rec.Sessions, ep)
+	}
+	for _, s := range opened {
+		rs.rec.Sessions[s.endpoint] = s.id
+	}
+	clear(rs.waiting)
+	for _, id := range waiting {
+		rs.waiting[id] = struct{}{}
+	}
+	c.complete()
+}
+
+// complete ends the initial recovery once nobody waits, judged on the
 // projection at c.seq: the waiting set holds every worker active at c.seq
-// that has not acked. recov.mu held.
-func (c *controller) completeLocked() {
+// that has not acked. On the term's loop.
+func (c *controller) complete() {
 	l := c.l
 	if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
 		return
@@ -305,17 +312,19 @@ func (c *controller) event(ev sessionEvent) bool {
 		return false
 	}
 	ev.s.acked = true
-	l.recov.mu.Lock()
-	defer l.recov.mu.Unlock()
-	delete(l.recov.waiting, ev.s.id)
-	if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
-		return false
-	}
-	if l.r.proj.Seq() != c.seq {
-		return true
-	}
-	c.completeLocked()
-	return false
+	again := false
+	l.loop.do(context.Background(), func() {
+		delete(l.recov.waiting, ev.s.id)
+		if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
+			return
+		}
+		if l.r.proj.Seq() != c.seq {
+			again = true
+			return
+		}
+		c.complete()
+	})
+	return again
 }
 
 // openSession dials the worker, says hello and starts the session's reader.

@@ -239,8 +239,10 @@ func TestControlAckMustNameTheBarrier(t *testing.T) {
 	c := &controller{l: tl.leaderSession, barrier: 5, sessions: map[string]*session{}}
 	s := &session{endpoint: "10.0.0.1:7000", id: 1, epoch: 2}
 	c.sessions[s.endpoint] = s
-	tl.recov.rec = Recovery{Term: 5, State: RecoveryRecovering, Barrier: 5, Sessions: map[string]uint64{s.endpoint: 1}}
-	tl.recov.waiting = map[uint64]struct{}{1: {}, 2: {}} // worker 2 keeps the recovery open
+	tl.loop.do(ctxT(t), func() {
+		tl.recov.rec = Recovery{Term: 5, State: RecoveryRecovering, Barrier: 5, Sessions: map[string]uint64{s.endpoint: 1}}
+		tl.recov.waiting = map[uint64]struct{}{1: {}, 2: {}} // worker 2 keeps the recovery open
+	})
 	for _, wrong := range []uint64{4, 6, 1 << 63} {
 		c.event(sessionEvent{s: s, barrier: wrong})
 		if r := tl.recovery(); s.acked || !slices.Contains(r.Waiting, 1) {

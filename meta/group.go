@@ -2,9 +2,7 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -12,19 +10,10 @@ import (
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
+	"github.com/termlog/termlog/meta/group"
 	"github.com/termlog/termlog/projections"
 	"github.com/termlog/termlog/view"
 )
-
-// maxGroup bounds the mutations decided and appended together: about one
-// JetStream atomic batch (at most 1000 messages, the server's default
-// max_batch_size) when each mutation appends one event, so one append
-// attempt (AppendTimeout) carries one batch, not several in a row. Measured
-// on a loaded 2-core machine with sync always: groups of 2048 (three
-// batches an attempt) ran out of the 2 s attempt ("append batch ... (1000
-// events), outcome unknown: context deadline exceeded") and the leader lost
-// its lease in the same seconds.
-const maxGroup = 1000
 
 // Groups in flight: the next group is decided and sent while earlier
 // groups' acks are outstanding, up to maxFlights groups and
@@ -33,8 +22,9 @@ const maxGroup = 1000
 // While a group is in flight, the next one is taken only once at least
 // minPipelined mutations wait (or the group in flight settled): a burst's
 // groups stay large, where many small groups in flight would cost more
-// leader CPU (one combining hand-off each) than they save in stream idle
-// time.
+// leader CPU (one hand-off each) than they save in stream idle time. The
+// events bound is checked before a group is decided, counting one event a
+// mutation: a soft bound.
 const (
 	maxFlights      = 16
 	maxFlightEvents = 2048
@@ -62,15 +52,18 @@ type mutationResult struct {
 // decision's events are stored and the projection holds them (or the
 // decision appended nothing), or with the error that stopped it.
 //
-// Mutations submitted while a group is being decided and sent are decided
-// and appended together, as one group, in submission order (flat
-// combining: whichever submitter finds no group being decided decides and
-// sends the queue, the others wait for their results). Each decision of a
-// group sees the effects of those before it: the group is decided on a
-// scratch state — the projection plus every event this term sent — and
-// sent with one Log.AppendAsync whose expected last seq is the seq of that
-// scratch state before the group. Each event is encoded once (events.Seal):
-// that body is folded into the scratch state and handed to the log.
+// Its state is owned by the term's loop (termLoop): Submit sends the
+// mutation to the loop, which queues it and, whenever there is room, plans
+// the next group (group.Plan: up to group.MaxGroup queued mutations, in
+// submission order, each decision seeing the effects of those before it) on
+// a scratch state — the projection plus every event this term sent — and
+// hands its events to the sender goroutine: one Log.AppendAsync whose
+// expected last seq is the seq of that scratch state before the group. The
+// settler goroutine waits for each group's acks in the order they were
+// sent, sends again (same ids) an append whose outcome is unknown
+// (group.Settling), reports the outcome to the loop and answers the
+// group's submitters. Each event is encoded once (events.Seal): that body
+// is folded into the scratch state and handed to the log.
 //
 // Several groups may be in flight (sent, acks outstanding; see
 // maxFlights): a group is chained to the group sent before it (prevID =
@@ -81,67 +74,79 @@ type mutationResult struct {
 // every later group is refused too. Groups are settled in the order they
 // were sent, and a decision is answered as a success only if everything it
 // saw is stored. Any failure discards the scratch state: the next group is
-// decided on the projection, once every group in flight is settled.
+// decided on the projection, once every group in flight is settled (the
+// rebuild — resending a group whose outcome stayed unknown, catching up,
+// copying the projection — runs on a goroutine of the loop's too).
 //
-// Who owns what. A committer is safe for concurrent use by any number of
-// submitters; its state has three owners:
-//   - The fields set by newLeaderCommitter never change, but term and
-//     logger, which setTerm sets while the session starts its term (its
-//     only submitter then; every other task starts after it).
-//   - sem is the combiner's token. Only its holder decides and sends a
-//     group, and it alone reads and writes scratch and tail (no lock).
-//   - mu guards queue (submitters append, the combiner takes, a withdrawn
-//     submitter removes) and the settling state: flights, flightEvents,
-//     broken, lastWritten, unsure (the combiner adds flights, settlers
-//     remove them and record their outcome).
-//
-// A flight's fields are written by the combiner before it is published in
-// flights, then only by the one goroutine that settles it (the submitter
-// that combined it), which closes done last; anyone reads stored and err
-// after done.
+// The fields up to loop never change after newLeaderCommitter; the rest
+// belong to the loop's goroutine, but a flight's stored and err, which the
+// settler writes before it reports the flight to the loop.
 type committer struct {
 	ctx           context.Context // the term's: done when the term ends
-	term          uint64          // set by setTerm
 	writer        string
 	log           events.Log
 	proj          *view.Projector
 	clock         clock.Clock
 	fp            *failpoint.Set
-	appendTimeout time.Duration
-	logger        zerolog.Logger
+	appendTimeout time.Duration                        // an attempt's bound: min(AppendTimeout, resendAfter)
+	maxAttempts   int                                  // attempts of an append whose outcome stays unknown
 	mayAppend     func() error                         // ErrDisconnected while the connection is down, ErrLeaseLost once the lease is too old
 	fenced        func(ctx context.Context, err error) // an append was fenced: re-project, maybe lose the term
 	lose          func(reason string)                  // ends the term
+	loop          *termLoop
+	sends         chan *flight // the loop hands groups to the sender, in order
+	settles       chan *flight // the sender hands them to the settler, in order
 
-	sem     chan struct{}      // the combiner's token
-	scratch *projections.State // with sem: the projection plus this term's sent events; nil: rebuild
-	tail    *flight            // with sem: the last group with events sent since scratch was rebuilt
-
-	mu           sync.Mutex
-	queue        []*mutation // submitted, not yet decided
-	flights      []*flight   // groups with events sent and not settled, in order
-	flightEvents int         // their events
-	broken       bool        // a group failed: scratch holds events that may not be stored
-	lastWritten  uint64      // seq of this term's last stored event
-	minPipelined int         // minPipelined; tests lower it
-	unsure       *flight     // a group whose append's outcome is unknown: resent before deciding anew
+	term         uint64 // set by setTerm
+	logger       zerolog.Logger
+	scratch      *projections.State // the projection plus this term's sent events; nil: rebuild
+	rebuilding   bool               // a rebuild of scratch runs
+	tail         *flight            // the last group with events sent since scratch was rebuilt
+	queue        []*mutation        // submitted, not yet decided
+	flights      []*flight          // groups handed to the sender and not settled, in order
+	unsent       int                // of them, not yet handed to the log by the sender
+	flightEvents int                // their events
+	broken       bool               // a group failed: scratch holds events that may not be stored
+	lastWritten  uint64             // seq of this term's last stored event
+	minPipelined int                // minPipelined; tests lower it
+	unsure       *flight            // a group whose append's outcome is unknown: resent before deciding anew
+	held         bool               // tests: no group is planned
+	ended        bool               // the term ended: every mutation fails
 }
 
-// newLeaderCommitter is the committer of leader session l's term.
+// newLeaderCommitter is the committer of leader session l's term, owned by
+// its loop.
 func newLeaderCommitter(l *leaderSession) *committer {
 	cfg := &l.r.cfg
 	return &committer{
 		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
-		appendTimeout: cfg.AppendTimeout, logger: l.logger,
-		mayAppend: l.mayAppend, fenced: l.onFenced, lose: l.lose,
-		sem: make(chan struct{}, 1), minPipelined: minPipelined,
+		appendTimeout: min(cfg.AppendTimeout, resendAfter), maxAttempts: appendAttemptsFor(cfg.AppendTimeout),
+		logger:    l.logger,
+		mayAppend: l.mayAppend, fenced: l.onFenced, lose: l.lose, loop: l.loop,
+		sends: make(chan *flight, maxFlights+1), settles: make(chan *flight, maxFlights+1),
+		minPipelined: minPipelined,
 	}
 }
 
-// setTerm sets the term the committer's events carry, and its logger. It is
-// called while nothing else submits (see committer).
+// run starts the committer's sender and settler; called on the loop when
+// it starts.
+func (c *committer) run() {
+	c.loop.goIO(c.sender)
+	c.loop.goIO(c.settler)
+}
+
+// closing is called on the loop once the term ended: every queued mutation
+// fails, nothing more is planned, and the sender ends once it has sent what
+// it was handed (the groups in flight still settle).
+func (c *committer) closing() {
+	c.ended = true
+	c.failQueue(len(c.queue), c.ctx.Err())
+	close(c.sends)
+}
+
+// setTerm sets the term the committer's events carry, and its logger.
 func (c *committer) setTerm(term uint64, logger zerolog.Logger) {
-	c.term, c.logger = term, logger
+	c.loop.do(context.Background(), func() { c.term, c.logger = term, logger })
 }
 
 // Submit decides and appends one mutation (see committer) and returns the
@@ -149,31 +154,28 @@ func (c *committer) setTerm(term uint64, logger zerolog.Logger) {
 // that appended one event finds it at that seq. If a failpoint is named it
 // is hit between the decision and the append. On ErrFenced the leader
 // re-projects and steps down if a higher term is there. decide must be
-// short and must not keep the state; it runs once, on whichever goroutine
-// combines, unless ctx ends first.
+// short and must not keep the state; it runs once, on the term's loop,
+// unless ctx ends first.
 func (c *committer) Submit(ctx context.Context, fp string, decide func(v *projections.State) ([]events.Payload, error)) (uint64, error) {
 	m := &mutation{ctx: ctx, fp: fp, decide: decide, done: make(chan mutationResult, 1)}
-	c.mu.Lock()
-	c.queue = append(c.queue, m)
-	c.mu.Unlock()
-	for {
-		select {
-		case res := <-m.done:
-			return c.finish(res)
-		case c.sem <- struct{}{}:
-			f := c.combine()
-			<-c.sem
-			if f != nil {
-				c.settle(f)
-			}
-		case <-ctx.Done():
-			if c.withdraw(m) {
-				return 0, ctx.Err()
-			}
-			// Taken into a group already: its append is bounded by
-			// AppendTimeout per attempt; report its real outcome.
-			return c.finish(<-m.done)
+	if !c.loop.do(ctx, func() { c.queue = append(c.queue, m); c.pump() }) {
+		if err := ctx.Err(); err != nil {
+			return 0, err
 		}
+		return 0, fmt.Errorf("%w: the term ended", ErrNotLeader)
+	}
+	select {
+	case res := <-m.done:
+		return c.finish(res)
+	case <-ctx.Done():
+		withdrawn := false
+		c.loop.do(context.Background(), func() { withdrawn = c.withdraw(m) })
+		if withdrawn {
+			return 0, ctx.Err()
+		}
+		// Taken into a group already: its append is bounded by
+		// AppendTimeout per attempt; report its real outcome.
+		return c.finish(<-m.done)
 	}
 }
 
@@ -188,10 +190,8 @@ func (c *committer) finish(res mutationResult) (uint64, error) {
 	return res.seen, c.proj.AwaitSeq(c.ctx, res.seen)
 }
 
-// withdraw removes m from the queue if it is still there.
+// withdraw removes m from the queue if it is still there. On the loop.
 func (c *committer) withdraw(m *mutation) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for i, q := range c.queue {
 		if q == m {
 			c.queue = append(c.queue[:i], c.queue[i+1:]...)
@@ -201,32 +201,231 @@ func (c *committer) withdraw(m *mutation) bool {
 	return false
 }
 
-// take removes up to maxGroup mutations from the head of the queue.
-func (c *committer) take() []*mutation {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := min(len(c.queue), maxGroup)
-	group := append([]*mutation(nil), c.queue[:n]...)
+// failQueue answers the first n queued mutations with err. On the loop.
+func (c *committer) failQueue(n int, err error) {
+	for _, m := range c.queue[:n] {
+		m.done <- mutationResult{err: err}
+	}
 	c.queue = append(c.queue[:0], c.queue[n:]...)
-	return group
 }
 
-// requeue puts undecided mutations back at the head of the queue.
-func (c *committer) requeue(ms []*mutation) {
-	if len(ms) == 0 {
+// pump plans and sends groups for as long as there is room. On the loop,
+// after every message that may have made room.
+func (c *committer) pump() {
+	for len(c.queue) > 0 && !c.held {
+		if c.ended {
+			c.failQueue(len(c.queue), c.ctx.Err())
+			return
+		}
+		if c.rebuilding || !c.room() || !c.scratchReady() {
+			return
+		}
+		c.plan()
+	}
+}
+
+// room: nothing in flight; or the sender idle, fewer than maxFlights
+// groups in flight, at least minPipelined mutations queued and room for
+// them under maxFlightEvents (counted as one event each).
+func (c *committer) room() bool {
+	switch {
+	case len(c.flights) == 0:
+		return true
+	case c.unsent > 0:
+		// The sender is still handing a group to the log (an atomic batch
+		// is sent whole before AppendAsync returns): the queue grows
+		// meanwhile, so the next group is large, as one decided after it.
+		return false
+	}
+	n := min(len(c.queue), group.MaxGroup)
+	return len(c.flights) < maxFlights && n >= c.minPipelined && c.flightEvents+n <= maxFlightEvents
+}
+
+// scratchReady reports whether the scratch state may be decided on now. It
+// drops a scratch state that holds events that may not be stored (a group
+// failed) or misses events this term did not append, and starts a rebuild
+// once no group is in flight. A projection showing a higher term ends the
+// term.
+func (c *committer) scratchReady() bool {
+	if c.broken {
+		c.scratch = nil // holds events that may not be stored
+	}
+	var term uint64
+	if sc := c.scratch; sc != nil {
+		c.proj.Peek(func(v *projections.State) {
+			term = v.Term
+			if v.Seq > sc.Seq && v.Term <= c.term {
+				c.scratch = nil // something this term did not append: decide on it
+			}
+		})
+	}
+	switch {
+	case term > c.term:
+		c.lose(fmt.Sprintf("projection shows term %d > %d", term, c.term))
+		c.failQueue(min(len(c.queue), group.MaxGroup), ErrNotLeader)
+		return false
+	case c.scratch != nil:
+		return true
+	case len(c.flights) == 0:
+		c.rebuild()
+	}
+	return false
+}
+
+// rebuild makes a fresh scratch state on a goroutine of the loop's (no
+// group in flight): it resends the group whose outcome is unknown, catches
+// up after a failure and copies the projection once it holds every event
+// this term stored. On the loop.
+func (c *committer) rebuild() {
+	c.rebuilding = true
+	failed, written, unsure, term := c.broken, c.lastWritten, c.unsure, c.term
+	c.loop.goIO(func() {
+		var res rebuilt
+		res.stored, res.known, res.err = c.resendUnsure(c.ctx, unsure)
+		if res.err == nil {
+			res.st, res.term, res.err = c.fresh(failed, max(written, res.stored), term)
+		}
+		c.loop.post(func() { c.rebuilt(res) })
+	})
+}
+
+// rebuilt is what a rebuild reports to the loop.
+type rebuilt struct {
+	st     *projections.State // nil on failure
+	term   uint64             // the projection's term
+	stored uint64             // the resent group is stored up to it
+	known  bool               // the resent group's outcome is known (or there was none)
+	err    error
+}
+
+// fresh copies the projection once it holds every event up to written;
+// after a failure, whatever the log holds (an append whose outcome the
+// leader did not learn may have landed).
+func (c *committer) fresh(failed bool, written, term uint64) (*projections.State, uint64, error) {
+	ctx := c.ctx
+	if failed {
+		if _, err := c.proj.CatchUp(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := c.proj.AwaitSeq(ctx, written); err != nil {
+		return nil, 0, err
+	}
+	var st *projections.State
+	var vt uint64
+	c.proj.Peek(func(v *projections.State) {
+		if vt = v.Term; vt <= term {
+			st = v.Clone()
+		}
+	})
+	return st, vt, nil
+}
+
+// rebuilt takes a rebuild's result. On the loop.
+func (c *committer) rebuilt(r rebuilt) {
+	c.rebuilding = false
+	c.lastWritten = max(c.lastWritten, r.stored)
+	if r.known {
+		c.unsure = nil
+	}
+	switch {
+	case r.err != nil:
+		c.failQueue(min(len(c.queue), group.MaxGroup), r.err)
+	case r.term > c.term:
+		c.lose(fmt.Sprintf("projection shows term %d > %d", r.term, c.term))
+		c.failQueue(min(len(c.queue), group.MaxGroup), ErrNotLeader)
+	default:
+		c.scratch, c.broken, c.tail = r.st, false, nil // every group is settled: nothing more can fail
+	}
+	c.pump()
+}
+
+// plan decides the next group (group.Plan) and hands it to the sender. On
+// the loop.
+func (c *committer) plan() {
+	n := min(len(c.queue), group.MaxGroup)
+	pending := make([]group.Mutation, n)
+	for i, m := range c.queue[:n] {
+		pending[i] = group.Mutation{Decide: m.decide, Gone: m.ctx.Err(), Gated: m.fp != ""}
+	}
+	g := group.Plan(c.scratch, pending, group.Stamp{Term: c.term, Writer: c.writer, At: c.clock.Now()})
+	taken := append([]*mutation(nil), c.queue[:len(g.Answers)]...)
+	c.queue = append(c.queue[:0], c.queue[len(g.Answers):]...)
+	if g.DropScratch {
+		c.scratch = nil // it folded the refused events
+	}
+	f := &flight{evs: g.Batch, base: g.Base, prev: c.tail}
+	if g.Gate >= 0 {
+		f.gate = taken[g.Gate]
+	}
+	for i, a := range g.Answers {
+		switch {
+		case a.Refused != "":
+			c.logger.Error().Str("result", a.Refused).Msg("the fold refuses an event this leader decided; not appending it")
+			fallthrough
+		case a.Err != nil:
+			taken[i].done <- mutationResult{err: a.Err}
+		default:
+			f.ok = append(f.ok, decided{m: taken[i], seen: a.Seen})
+		}
+	}
+	c.send(f)
+}
+
+// send hands f to the sender, chained to the group before it, unless it
+// can be answered at once (nothing to append and nothing in flight). On
+// the loop.
+func (c *committer) send(f *flight) {
+	if len(f.evs) == 0 && len(c.flights) == 0 {
+		// Base is the projection's (or a stored group's), all of it stored.
+		for _, d := range f.ok {
+			d.m.done <- mutationResult{seen: d.seen}
+		}
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.queue = append(append([]*mutation(nil), ms...), c.queue...)
+	if f.prev != nil && len(f.evs) > 0 {
+		f.prevID = f.prev.lastID()
+	}
+	if len(f.evs) > 0 {
+		c.tail = f
+	}
+	c.flights = append(c.flights, f)
+	c.flightEvents += len(f.evs)
+	c.unsent++
+	c.sends <- f // never blocks: at most maxFlights groups are in flight
 }
 
-// errNotSent marks an append that was never handed to the log: its outcome
-// is known, nothing of it is stored.
-var errNotSent = errors.New("not sent")
+// sender hands each group's events to the log, in the order the loop
+// planned them, and passes the group on to the settler.
+func (c *committer) sender() {
+	defer close(c.settles)
+	for f := range c.sends {
+		switch {
+		case len(f.evs) == 0:
+			// Settled once the group before it is: the decisions saw its events.
+		case f.gate != nil && c.fp.Hit(f.gate.ctx, f.gate.fp) != nil:
+			f.pend = events.Done{Last: f.base, Err: fmt.Errorf("append at seq %d %w: failpoint %s", f.base+1, group.ErrNotSent, f.gate.fp)}
+		default:
+			if err := c.mayAppend(); err != nil {
+				f.pend = events.Done{Last: f.base, Err: fmt.Errorf("append at seq %d %w: %w", f.base+1, group.ErrNotSent, err)}
+				break
+			}
+			f.sent = time.Now()
+			actx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.appendTimeout)
+			f.pend = c.log.AppendAsync(actx, f.base, f.prevID, f.evs...)
+			cancel()
+		}
+		c.loop.post(func() { c.unsent--; c.pump() })
+		c.settles <- f
+	}
+}
 
-// errOwnEventRefused is a decision whose events the fold refuses.
-var errOwnEventRefused = errors.New("the projection refuses the leader's own event")
+// settler settles the groups in the order they were sent (settle).
+func (c *committer) settler() {
+	for f := range c.settles {
+		c.settle(f)
+	}
+}
 
 // decided is a mutation of a group that produced its decision.
 type decided struct {
@@ -234,14 +433,19 @@ type decided struct {
 	seen uint64 // scratch seq after its events
 }
 
-// flight is a group sent (or decided without events) and not yet settled.
+// flight is a group handed to the sender and not yet settled. The loop
+// writes its fields before it hands it over; the settler writes stored and
+// err, which only the settler reads (of the group before the one it
+// settles).
 type flight struct {
-	ok   []decided
-	evs  []events.Event
-	base uint64         // expected last seq: the scratch seq before the group
-	pend events.Pending // nil when evs is empty
-	prev *flight        // the last group with events sent before it; nil: base is the projection's
-	done chan struct{}  // closed once settled; then stored and err are set
+	ok     []decided
+	evs    []events.Event
+	base   uint64         // expected last seq: the scratch seq before the group
+	prev   *flight        // the last group with events sent before it; nil: base is the projection's
+	prevID string         // the msg id of prev's last event
+	gate   *mutation      // its failpoint is hit before the append
+	pend   events.Pending // set by the sender; nil when evs is empty
+	sent   time.Time      // when the sender handed it to the log
 	// stored is the seq up to which everything this group's decisions saw
 	// is known stored; err is nil iff that is all of it.
 	stored uint64
@@ -254,380 +458,137 @@ func (f *flight) lastID() string {
 	return events.MsgID(last, f.base+uint64(len(f.evs)))
 }
 
-// combine decides and sends one group; the caller holds sem, and settles
-// the returned flight after releasing it (nil: every mutation taken was
-// answered). It works under the term's context, not the caller's:
-// whichever caller happens to combine must not decide the outcome for the
-// others. Each mutation's own context is checked only before it is
-// decided. A decision whose events the fold refuses (Rejected or Corrupt on
-// the scratch state) fails with errOwnEventRefused and is not appended; the
-// scratch state, which folded them, is dropped, and the mutations after it
-// go back to the head of the queue, to be decided on a fresh state.
-func (c *committer) combine() *flight {
-	ctx := c.ctx
-	if err := c.room(ctx, 0); err != nil {
-		if group := c.take(); len(group) > 0 {
-			return failAll(group, err)
-		}
-		return nil
-	}
-	group := c.take()
-	if len(group) == 0 {
-		return nil
-	}
-	st, err := c.scratchState(ctx)
-	if err != nil {
-		return failAll(group, err)
-	}
-	base := st.Seq
-	now := c.clock.Now()
-	var (
-		evs []events.Event
-		ok  []decided
-	)
-	for i, m := range group {
-		if err := m.ctx.Err(); err != nil {
-			m.done <- mutationResult{err: err}
-			continue
-		}
-		payloads, err := m.decide(st)
-		if err == nil && len(payloads) > 0 && m.fp != "" {
-			err = c.fp.Hit(m.ctx, m.fp)
-		}
-		var mine []events.Event
-		var bodies [][]byte
-		for _, p := range payloads {
-			if err != nil {
-				break
-			}
-			// Encoded once: the body folded below is the one the log
-			// stores.
-			var ev events.Event
-			var b []byte
-			if ev, b, err = events.Seal(events.Event{Term: c.term, Writer: c.writer, At: now, Data: p}); err == nil {
-				mine, bodies = append(mine, ev), append(bodies, b)
-			}
-		}
-		if err != nil {
-			m.done <- mutationResult{err: err}
-			continue
-		}
-		// Later decisions of the group see these events: fold them into
-		// the scratch state exactly as the projection will fold them.
-		var refused *projections.Result
-		for _, b := range bodies {
-			if r := st.DecodeApply(st.Seq+1, b); r.Outcome == projections.Rejected || r.Outcome == projections.Corrupt {
-				refused = &r
-				break
-			}
-		}
-		if refused != nil {
-			c.logger.Error().Str("result", refused.String()).Msg("the fold refuses an event this leader decided; not appending it")
-			m.done <- mutationResult{err: fmt.Errorf("%w: %s", errOwnEventRefused, refused)}
-			c.scratch = nil // it folded the refused events
-			c.requeue(group[i+1:])
-			break
-		}
-		evs = append(evs, mine...)
-		ok = append(ok, decided{m: m, seen: st.Seq})
-	}
-	f := &flight{ok: ok, evs: evs, base: base, prev: c.tail, done: make(chan struct{})}
-	switch {
-	case len(evs) == 0 && f.prev == nil:
-		// Nothing in flight: base is the projection's, all of it stored.
-		for _, d := range ok {
-			d.m.done <- mutationResult{seen: d.seen}
-		}
-		return nil
-	case len(evs) == 0:
-		// Settled once the group before it is: the decisions saw its events.
-		return f
-	}
-	if err := c.room(ctx, len(evs)); err != nil {
-		// Decided on the scratch state, not sent: it holds events that
-		// will not be stored.
-		c.scratch = nil
-		for _, d := range ok {
-			d.m.done <- mutationResult{err: err}
-		}
-		return nil
-	}
-	prevID := ""
-	if f.prev != nil {
-		prevID = f.prev.lastID()
-	}
-	if err := c.mayAppend(); err != nil {
-		f.pend = events.Done{Last: base, Err: fmt.Errorf("append at seq %d %w: %w", base+1, errNotSent, err)}
-	} else {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
-		f.pend = c.log.AppendAsync(actx, base, prevID, evs...)
-		cancel()
-	}
-	c.mu.Lock()
-	c.flights = append(c.flights, f)
-	c.flightEvents += len(evs)
-	c.mu.Unlock()
-	c.tail = f
-	return f
-}
-
-// failAll answers every mutation of group with err; it returns no flight.
-func failAll(group []*mutation, err error) *flight {
-	for _, m := range group {
-		m.done <- mutationResult{err: err}
-	}
-	return nil
-}
-
-// room waits (with sem) until a group of n events may be sent (n == 0:
-// until the next group may be taken): fewer than maxFlights groups and,
-// unless none is in flight, at most maxFlightEvents events in flight with
-// it (n > 0) or at least minPipelined mutations queued (n == 0).
-func (c *committer) room(ctx context.Context, n int) error {
-	for {
-		c.mu.Lock()
-		var head *flight
-		full := len(c.flights) >= maxFlights ||
-			n > 0 && c.flightEvents+n > maxFlightEvents ||
-			n == 0 && len(c.queue) < c.minPipelined
-		if len(c.flights) > 0 && full {
-			head = c.flights[0]
-		}
-		c.mu.Unlock()
-		if head == nil {
-			return nil
-		}
-		select {
-		case <-head.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// drain waits (with sem) until every group in flight is settled.
-func (c *committer) drain(ctx context.Context) error {
-	c.mu.Lock()
-	var last *flight
-	if n := len(c.flights); n > 0 {
-		last = c.flights[n-1]
-	}
-	c.mu.Unlock()
-	if last == nil {
-		return nil
-	}
-	select {
-	case <-last.done: // groups settle in order
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// settle waits for the group before f, then for f's acks, and answers f's
-// mutations. An append whose outcome is unknown is retried with the same
-// message ids (stored once) when the group before it is stored; if it stays
-// unknown it is resent before anything new is decided (resendUnsure). A
-// failure marks the scratch state broken and fails every later group.
+// settle waits for f's acks (the group before it is settled: groups settle
+// in order) and answers f's mutations as group.Settling says: an append
+// whose outcome is unknown is sent again with the same message ids (stored
+// once) when the group before it is stored; if it stays unknown it is
+// resent before anything new is decided (resendUnsure). It reports the
+// outcome to the loop before it answers.
 func (c *committer) settle(f *flight) {
 	ctx := c.ctx
-	floor := f.base
-	var prevErr error
+	s := group.Settling{Base: f.base, Events: len(f.evs), Attempts: c.maxAttempts}
 	if p := f.prev; p != nil {
-		<-p.done // its settling is bounded by AppendTimeout per attempt
-		if p.err != nil {
-			floor, prevErr = min(floor, p.stored), p.err
-		}
-		f.prev = nil // only settle reads it: do not keep every group alive
+		s.Prior = group.Prior{Chained: true, Stored: p.stored, Err: p.err}
+		f.prev = nil // do not keep every group alive
 	}
-	stored, err := floor, prevErr
-	unsure := false
 	if len(f.evs) > 0 {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
-		last, werr := f.pend.Wait(wctx)
+		last, err := f.pend.Wait(wctx)
 		cancel()
-		if werr != nil && !errors.Is(werr, events.ErrFenced) && !errors.Is(werr, errNotSent) && prevErr == nil {
-			// Everything before base is stored, so the expected last seq
-			// alone fences the retry.
-			c.logger.Warn().Err(werr).Uint64("expected_seq", f.base).Int("events", len(f.evs)).Msg("append failed; retrying with the same message ids")
-			rlast, rerr := c.append(ctx, f.base, f.evs, appendAttempts-1)
-			if errors.Is(rerr, errNotSent) {
-				// The first attempt was sent: its outcome is what is unknown.
-				rerr = fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %v)", f.base+1, werr, rerr)
-			}
-			last, werr = max(last, rlast), rerr
-			unsure = werr != nil && !errors.Is(werr, events.ErrFenced)
-		}
-		switch {
-		case prevErr != nil:
-			// Chained to a group that failed: whatever its acks say, what
-			// its decisions saw is not known stored (the failed group's
-			// ids may be held by other events of this term: an earlier
-			// attempt whose outcome the leader did not learn).
-			if werr == nil {
-				werr = fmt.Errorf("%w: stored after a group that failed", events.ErrFenced)
-			}
-			err = fmt.Errorf("%w (after the group before it failed: %v)", werr, prevErr)
-		case last > f.base:
-			stored, err = last, werr
-		default:
-			err = werr
-		}
-		if errors.Is(werr, events.ErrFenced) && !errors.Is(prevErr, events.ErrFenced) {
-			c.fenced(ctx, werr)
-		}
+		c.attempts(ctx, &s, f.evs, last, err, f.sent)
 	}
-	c.mu.Lock()
-	if len(f.evs) > 0 {
-		c.flights = c.flights[1:] // f is the head: groups settle in order
-		c.flightEvents -= len(f.evs)
+	o := s.Outcome()
+	if o.Fenced {
+		c.fenced(ctx, o.Err)
 	}
-	if err != nil {
-		c.broken = true
-	}
-	if unsure {
-		c.unsure = f
-	}
-	c.lastWritten = max(c.lastWritten, stored)
-	c.mu.Unlock()
-	f.stored, f.err = stored, err
-	close(f.done)
+	f.stored, f.err = o.Stored, o.Err
+	c.loop.post(func() { c.settled(f, o) })
 	for _, d := range f.ok {
-		if d.seen <= stored {
-			d.m.done <- mutationResult{seen: d.seen}
-		} else {
+		if err := o.Answer(d.seen); err != nil {
 			d.m.done <- mutationResult{err: err}
+		} else {
+			d.m.done <- mutationResult{seen: d.seen}
 		}
 	}
 }
 
-// resendUnsure resends (with sem, no group in flight), with the same ids,
-// the group whose append's outcome is unknown, so that nothing new is
-// decided until it is known. Deciding again on the projection would reuse
-// the ids (<term>-<seq>) the group may be stored under, for other events:
+// settled takes the outcome of the group at the head of the flights. A
+// failure marks the scratch state broken: every later group fails too. On
+// the loop.
+func (c *committer) settled(f *flight, o group.Outcome) {
+	c.flights = c.flights[1:]
+	c.flightEvents -= len(f.evs)
+	if o.Err != nil {
+		c.broken = true
+	}
+	if o.Unsure {
+		c.unsure = f
+	}
+	c.lastWritten = max(c.lastWritten, o.Stored)
+	c.pump()
+}
+
+// attempts feeds s the outcome (last, err) of the attempt just made and
+// sends evs again, with the same ids and expected last seq, for as long as
+// s says to.
+func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []events.Event, last uint64, err error, sent time.Time) {
+	for {
+		if ctx.Err() != nil {
+			s.Attempts = 0 // the term ended: no further attempt
+		}
+		if !s.Attempted(last, err) {
+			return
+		}
+		c.logger.Warn().Err(err).Uint64("expected_seq", s.Base).Int("events", len(evs)).Msg("append outcome unknown; sending it again with the same message ids")
+		// An attempt that failed at once (no responders while the stream
+		// elects a leader) is paced: one attempt per appendTimeout.
+		select {
+		case <-time.After(time.Until(sent.Add(c.appendTimeout))):
+		case <-ctx.Done():
+		}
+		sent = time.Now()
+		last, err = c.appendOnce(ctx, s.Base, evs)
+	}
+}
+
+// resendUnsure resends u (nil: none), the group whose append's outcome is
+// unknown, with the same ids, so that nothing new is decided until it is
+// known: it returns the seq up to which it is stored and whether its
+// outcome is known. Deciding again on the projection would reuse the ids
+// (<writer>-<term>-<seq>) the group may be stored under, for other events:
 // the log fences those, spuriously, a late attempt of the group could still
 // land after them, and a group chained to such an id would land after the
 // wrong event. The groups sent after it were sent before the resend on the
 // same connection, so once it is answered they are settled on the server
 // too.
-func (c *committer) resendUnsure(ctx context.Context) error {
-	c.mu.Lock()
-	u := c.unsure
-	c.mu.Unlock()
+func (c *committer) resendUnsure(ctx context.Context, u *flight) (stored uint64, known bool, err error) {
 	if u == nil {
-		return nil
+		return 0, true, nil
 	}
-	stored, err := c.append(ctx, u.base, u.evs, appendAttempts)
-	c.mu.Lock()
-	c.lastWritten = max(c.lastWritten, stored)
-	if err == nil || errors.Is(err, events.ErrFenced) {
-		c.unsure = nil
-	}
-	c.mu.Unlock()
+	s := group.Settling{Base: u.base, Events: len(u.evs), Attempts: c.maxAttempts, Resending: true}
+	sent := time.Now()
+	last, err := c.appendOnce(ctx, u.base, u.evs)
+	c.attempts(ctx, &s, u.evs, last, err, sent)
+	o := s.Outcome()
 	switch {
-	case err == nil:
+	case o.Err == nil:
 		c.logger.Info().Uint64("expected_seq", u.base).Int("events", len(u.evs)).Msg("resent a group whose outcome was unknown: it is stored")
-		return nil
-	case errors.Is(err, events.ErrFenced):
-		c.fenced(ctx, err)
+		return o.Stored, true, nil
+	case o.Fenced:
+		c.fenced(ctx, o.Err)
 	}
-	return fmt.Errorf("resending a group whose outcome is unknown: %w", err)
+	return o.Stored, !o.Unsure, fmt.Errorf("resending a group whose outcome is unknown: %w", o.Err)
 }
 
-// scratchState returns the state the next group is decided on: the kept
-// scratch state when it is still the projection plus the events this term
-// sent, else — once every group in flight is settled — a fresh copy of the
-// projection. It fails with ErrNotLeader when the projection shows a
-// higher term.
-func (c *committer) scratchState(ctx context.Context) (*projections.State, error) {
-	c.mu.Lock()
-	failed := c.broken
-	if failed {
-		c.scratch = nil // holds events that may not be stored
-	}
-	c.mu.Unlock()
-	if sc := c.scratch; sc != nil {
-		c.proj.Peek(func(v *projections.State) {
-			switch {
-			case v.Term > c.term:
-			case v.Seq > sc.Seq:
-				// Something this term did not append: decide on it.
-				c.scratch = nil
-			}
-		})
-	}
-	if c.scratch == nil {
-		if err := c.drain(ctx); err != nil {
-			return nil, err
-		}
-		if err := c.resendUnsure(ctx); err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		c.broken = false // every group is settled: nothing more can fail
-		written := c.lastWritten
-		c.mu.Unlock()
-		c.tail = nil
-		// A fresh copy must hold every event this term stored; after a
-		// failure, whatever the log holds (an append whose outcome the
-		// leader did not learn may have landed).
-		if failed {
-			if _, err := c.proj.CatchUp(ctx); err != nil {
-				return nil, err
-			}
-		}
-		if err := c.proj.AwaitSeq(ctx, written); err != nil {
-			return nil, err
-		}
-	}
-	var term uint64
-	c.proj.Peek(func(v *projections.State) {
-		term = v.Term
-		if term <= c.term && c.scratch == nil {
-			c.scratch = v.Clone()
-		}
-	})
-	if term > c.term {
-		c.lose(fmt.Sprintf("projection shows term %d > %d", term, c.term))
-		return nil, ErrNotLeader
-	}
-	return c.scratch, nil
+// appendAttempts × AppendTimeout is how long an append whose outcome stays
+// unknown is sent again and again, in attempts of resendAfter (or
+// AppendTimeout when it is shorter): an attempt lost with a NATS node (its
+// stream leader gone, the request unanswered) is sent again within
+// resendAfter of the stream answering again, not after a whole
+// AppendTimeout. Every attempt carries the same ids and expected last seq,
+// so the log stores the group once, whole or not at all; an attempt that a
+// slow stream has not answered yet is answered as a duplicate.
+const (
+	appendAttempts = 3
+	resendAfter    = 500 * time.Millisecond
+)
+
+// appendAttemptsFor is how many attempts of min(timeout, resendAfter) fit
+// in appendAttempts × timeout.
+func appendAttemptsFor(timeout time.Duration) int {
+	return max(appendAttempts, int(appendAttempts*timeout/min(timeout, resendAfter)))
 }
 
-// appendAttempts is how many times an append whose outcome stays unknown
-// is sent.
-const appendAttempts = 3
-
-// append retries an append whose outcome is unknown with the same message
-// ids, so it is stored once, sending it up to attempts times. It returns
-// the seq of the last event known to be stored: the last one on success,
-// at least expected on failure. An error wrapping errNotSent means nothing
-// was sent.
-func (c *committer) append(ctx context.Context, expected uint64, evs []events.Event, attempts int) (uint64, error) {
-	var err error
-	stored := expected
-	for attempt := 0; attempt < attempts; attempt++ {
-		if cerr := c.mayAppend(); cerr != nil {
-			if attempt == 0 && err == nil {
-				return stored, fmt.Errorf("append at seq %d %w: %w", expected+1, errNotSent, cerr)
-			}
-			return stored, fmt.Errorf("append at seq %d, outcome unknown: %w (retry not sent: %w)", expected+1, err, cerr)
-		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
-		var last uint64
-		last, err = c.log.Append(actx, expected, evs...)
-		cancel()
-		stored = max(stored, last)
-		if err == nil {
-			return last, nil
-		}
-		if errors.Is(err, events.ErrFenced) {
-			return stored, err
-		}
-		c.logger.Warn().Err(err).Uint64("expected_seq", expected).Int("events", len(evs)).Int("attempt", attempt+1).Msg("append failed; retrying with the same message ids")
-		if ctx.Err() != nil {
-			break
-		}
+// appendOnce sends evs once with expected last seq expected, bounded by
+// min(AppendTimeout, resendAfter). It returns the seq of the last event
+// known stored (at least expected); an error wrapping group.ErrNotSent
+// means nothing was sent.
+func (c *committer) appendOnce(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
+	if err := c.mayAppend(); err != nil {
+		return expected, fmt.Errorf("append at seq %d %w: %w", expected+1, group.ErrNotSent, err)
 	}
-	return stored, err
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
+	defer cancel()
+	last, err := c.log.Append(actx, expected, evs...)
+	return max(last, expected), err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/failpoint"
 	"github.com/termlog/termlog/meta/client"
+	"github.com/termlog/termlog/meta/group"
 	"github.com/termlog/termlog/projections"
 )
 
@@ -71,9 +72,8 @@ func queued(t *testing.T, l *leaderSession, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		l.commit.mu.Lock()
-		got := len(l.commit.queue)
-		l.commit.mu.Unlock()
+		var got int
+		l.loop.read(func() { got = len(l.commit.queue) })
 		if got == n {
 			return
 		}
@@ -84,19 +84,37 @@ func queued(t *testing.T, l *leaderSession, n int) {
 	}
 }
 
-// group runs reqs concurrently while a group is "in flight" (sem held), so
+// hold stops the committer from planning: what is submitted queues.
+func (c *committer) hold() { c.loop.do(context.Background(), func() { c.held = true }) }
+
+// release lets the committer plan again.
+func (c *committer) release() {
+	c.loop.do(context.Background(), func() { c.held = false; c.pump() })
+}
+
+// scratch is the seq and hash of the committer's scratch state (0, 0: none).
+func (l *leaderSession) scratch() (seq uint64, hash string) {
+	l.loop.read(func() {
+		if sc := l.commit.scratch; sc != nil {
+			seq, hash = sc.Seq, sc.Hash()
+		}
+	})
+	return seq, hash
+}
+
+// registerGroup runs reqs concurrently while the committer is held, so
 // that they all queue; then lets them go: they are decided and appended as
 // one group. It returns the replies in reqs order.
-func group(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) []client.Reply {
+func registerGroup(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) []client.Reply {
 	t.Helper()
-	tl.commit.sem <- struct{}{}
+	tl.commit.hold()
 	replies := make([]client.Reply, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
 		wg.Go(func() { replies[i] = tl.register(ctxT(t), req) })
 		queued(t, tl.leaderSession, i+1) // submission order = reqs order
 	}
-	<-tl.commit.sem
+	tl.commit.release()
 	wg.Wait()
 	return replies
 }
@@ -107,7 +125,7 @@ func TestGroupedRegistrationsSeeEachOther(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	reps := group(t, tl, []client.RegisterRequest{
+	reps := registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1", Kind: "compute"},
 		{Incarnation: "b", Endpoint: "10.0.0.2:1", Kind: "compute"},
 		{Incarnation: "a", Endpoint: "10.0.0.1:1", Kind: "compute"}, // a's retry: same id, no event
@@ -129,11 +147,11 @@ func TestGroupedRegistrationsSeeEachOther(t *testing.T) {
 		t.Fatalf("workers %s next id %d, want [1,3,4] and 5", got, v.NextWorkerID)
 	}
 	// The scratch state the group was decided on is the projection.
-	if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
-		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
+	if seq, hash := tl.scratch(); seq != v.Seq || hash != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", seq, v.Seq)
 	}
 	// The next group is decided on the kept scratch state and sees the first.
-	reps = group(t, tl, []client.RegisterRequest{
+	reps = registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "c", Endpoint: "10.0.0.2:1"},
 		{Incarnation: "e", Endpoint: "10.0.0.5:1"},
 	})
@@ -156,7 +174,7 @@ func TestGroupFencedMidwayFailsTheRest(t *testing.T) {
 	log.mu.Lock()
 	log.fail = &midFence{at: 4, stored: 2, foreign: events.Event{Term: 2, Writer: "meta-2", At: t0, Data: events.TermStarted{Term: 2, Leader: "meta-2", Lease: 2}}}
 	log.mu.Unlock()
-	reps := group(t, tl, []client.RegisterRequest{
+	reps := registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1"},
 		{Incarnation: "b", Endpoint: "10.0.0.2:1"},
 		{Incarnation: "c", Endpoint: "10.0.0.3:1"},
@@ -212,7 +230,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 	}
 	const decided = "test-group-decided" // hit after the group's last decision
 	fp.Freeze(decided)
-	old.commit.sem <- struct{}{}
+	old.commit.hold()
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -229,7 +247,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 		})
 	})
 	queued(t, old.leaderSession, 3)
-	<-old.commit.sem
+	old.commit.release()
 	if err := fp.WaitPaused(ctx, decided); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +290,7 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	tl.commit.sem <- struct{}{}
+	tl.commit.hold()
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
 	decided := false
@@ -287,7 +305,7 @@ func TestQueuedMutationWithdrawnOnCancel(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("mutate = %v, want context.Canceled", err)
 	}
-	<-tl.commit.sem
+	tl.commit.release()
 	queued(t, tl.leaderSession, 0)
 	if decided || len(log.appendSizes()) != 1 {
 		t.Fatalf("withdrawn mutation: decided %v, appends %v", decided, log.appendSizes())
@@ -348,14 +366,14 @@ func TestGroupOutcomeNotDecidedByCombinersContext(t *testing.T) {
 			return []events.Payload{events.WorkerRegistered{ID: id, Incarnation: inc, Endpoint: "10.0.0." + inc + ":1"}}, nil
 		}
 	}
-	// y is queued first, by hand, so that x is the only caller competing
-	// for sem: x combines the group [y, x].
+	// y is queued first, by hand, then x: the group is [y, x].
 	y := &mutation{ctx: ctxT(t), decide: registration(1, "1"), done: make(chan mutationResult, 1)}
-	tl.commit.mu.Lock()
-	tl.commit.queue = append(tl.commit.queue, y)
-	tl.commit.mu.Unlock()
+	tl.commit.hold()
+	tl.loop.do(ctxT(t), func() { tl.commit.queue = append(tl.commit.queue, y) })
 	xdone := make(chan error, 1)
 	go func() { xdone <- tl.mutate(xctx, "", registration(2, "2")) }()
+	queued(t, tl.leaderSession, 2)
+	tl.commit.release()
 	res := <-y.done
 	<-xdone // x's own answer may be its context's error; its event's fate is y's
 	if res.err != nil || res.seen != 2 {
@@ -383,10 +401,12 @@ func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
 		evs      []events.Event
 	}
 	var inFlight *held
+	const attemptBound = 100 * time.Millisecond // AppendTimeout: attempts of 100 ms
+	attempts := appendAttemptsFor(attemptBound)
 	log := &hookLog{MemLog: events.NewMemLog()}
 	log.hook = func(call int, expected uint64, evs []events.Event) error {
 		switch {
-		case call >= 2 && call <= 4: // the group's three attempts
+		case call >= 2 && call <= 1+attempts: // every attempt of the group
 			if inFlight == nil {
 				inFlight = &held{expected, evs}
 			}
@@ -399,7 +419,7 @@ func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
 		}
 		return nil
 	}
-	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1, func(c *Config) { c.AppendTimeout = attemptBound })
 	ctx := ctxT(t)
 	if err := tl.startTerm(ctx); err != nil {
 		t.Fatal(err)
@@ -440,7 +460,7 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if err := tl.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tl.commit.sem <- struct{}{}
+	tl.commit.hold()
 	var (
 		wg     sync.WaitGroup
 		a, b   client.Reply
@@ -457,10 +477,10 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	queued(t, tl.leaderSession, 2)
 	wg.Go(func() { b = tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}) })
 	queued(t, tl.leaderSession, 3)
-	<-tl.commit.sem
+	tl.commit.release()
 	wg.Wait()
-	if !errors.Is(badErr, errOwnEventRefused) {
-		t.Errorf("refused decision: %v, want errOwnEventRefused", badErr)
+	if !errors.Is(badErr, group.ErrRefused) {
+		t.Errorf("refused decision: %v, want group.ErrRefused", badErr)
 	}
 	if a.Error != nil || a.ID != 1 || a.Epoch != 2 || b.Error != nil || b.ID != 2 || b.Epoch != 3 {
 		t.Errorf("registrations around it: %+v, %+v; want id 1 epoch 2, id 2 epoch 3", a, b)
@@ -472,8 +492,8 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 	if got := fmt.Sprint(log.appendSizes()); got != "[1 1 1]" {
 		t.Errorf("append sizes %s, want [1 1 1]: term.started, a, then b on a fresh state", got)
 	}
-	if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
-		t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
+	if seq, hash := tl.scratch(); seq != v.Seq || hash != v.Hash() {
+		t.Fatalf("scratch at seq %d differs from the projection at seq %d", seq, v.Seq)
 	}
 }
 
@@ -586,7 +606,7 @@ func TestCommitterEncodesEachEventOnce(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	group(t, tl, []client.RegisterRequest{
+	registerGroup(t, tl, []client.RegisterRequest{
 		{Incarnation: "a", Endpoint: "10.0.0.1:1"},
 		{Incarnation: "b", Endpoint: "10.0.0.2:1"},
 	})
@@ -594,5 +614,71 @@ func TestCommitterEncodesEachEventOnce(t *testing.T) {
 	defer log.mu.Unlock()
 	if log.appended != 3 || len(log.unsealed) != 0 {
 		t.Fatalf("%d events appended, encoded again by the log: %v", log.appended, log.unsealed)
+	}
+}
+
+// lostLog loses the first append: it is never answered (its request went
+// to a NATS node that died) and nothing of it is stored; it records each
+// append's bound.
+type lostLog struct {
+	*events.MemLog
+	mu     sync.Mutex
+	bounds []time.Duration // each append's context deadline, from its call
+}
+
+func (l *lostLog) bound(ctx context.Context) int {
+	dl, _ := ctx.Deadline()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bounds = append(l.bounds, time.Until(dl))
+	return len(l.bounds)
+}
+
+func (l *lostLog) Append(ctx context.Context, expected uint64, evs ...events.Event) (uint64, error) {
+	l.bound(ctx)
+	return l.MemLog.Append(ctx, expected, evs...)
+}
+
+func (l *lostLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
+	if l.bound(ctx) == 2 { // the first after term.started
+		return lostPending{expected}
+	}
+	return l.MemLog.AppendAsync(ctx, expected, prevID, evs...)
+}
+
+type lostPending struct{ expected uint64 }
+
+func (p lostPending) Wait(ctx context.Context) (uint64, error) {
+	<-ctx.Done()
+	return p.expected, fmt.Errorf("outcome unknown: %w", ctx.Err())
+}
+
+// An append whose ack never comes is sent again, with the same ids, after
+// one attempt of resendAfter, not after the whole AppendTimeout: a NATS
+// node lost under the leader adds at most that to its append blackout. The
+// group is stored once and its caller answered.
+func TestUnansweredAppendResentAfterOneAttempt(t *testing.T) {
+	log := &lostLog{MemLog: events.NewMemLog()}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1, func(c *Config) { c.AppendTimeout = 10 * time.Second })
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	rep := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
+	if rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
+		t.Fatalf("register: %+v, want id 1 epoch 2", rep)
+	}
+	log.mu.Lock()
+	bounds := append([]time.Duration(nil), log.bounds...)
+	log.mu.Unlock()
+	if len(bounds) != 3 {
+		t.Fatalf("%d appends, want 3 (term.started, the lost one, its resend)", len(bounds))
+	}
+	for i, b := range bounds[1:] {
+		if b > resendAfter {
+			t.Errorf("attempt %d bounded by %s, want at most %s (AppendTimeout is 10s)", i+1, b, resendAfter)
+		}
+	}
+	if got := workerList(tl.r.proj.View()); got != "[1]" {
+		t.Fatalf("workers %s, want [1]: stored once", got)
 	}
 }

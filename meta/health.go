@@ -234,9 +234,7 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 }
 
 func (l *leaderSession) healthRecord() HealthRecord {
-	l.sched.mu.Lock()
-	h := l.sched.health
-	l.sched.mu.Unlock()
+	h := l.health()
 	rec := HealthRecord{Leader: l.r.cfg.ID, LeaderStarted: l.r.started, Term: l.term, At: l.r.cfg.Clock.Now(), Health: h, Recovery: l.recovery()}
 	l.r.proj.Peek(func(v *projections.State) {
 		rec.Seq = v.Seq

@@ -26,14 +26,11 @@ var ErrDisconnected = errors.New("NATS connection down")
 // Replica.lead joins every goroutine before it returns.
 //
 // Who owns what (each piece of mutable state has one owner):
-//   - commit (the committer): the decided-but-unsent mutations and the
-//     groups in flight; see committer. Everything else changes cluster
-//     state only by submitting a decision to it.
-//   - live (liveness): the heartbeat deadlines, behind its own mutex; RPC
-//     handlers and the expiry loop change them only as the decisions say.
-//   - recov (recoveryState): the barrier recovery, behind its own mutex;
-//     the control loop writes it, status reads copies.
-//   - sched: the stores' reports and the last health, behind its own mutex.
+//   - loop (termLoop, term.go): one goroutine owns the term's mutable state:
+//     the committer's scratch state, queue and groups in flight (commit),
+//     the heartbeat deadlines (live), the barrier recovery (recov), the
+//     stores' reports and the last health (sched). Handlers and timers send
+//     it functions to run and wait for them; none of them takes a lock.
 //   - leaseKeeper: the lease's renewal and its age (leasekeeper.go); the
 //     session asks it before acting (mayAppend, leaseFresh).
 //
@@ -47,6 +44,7 @@ type leaderSession struct {
 	lose   func(reason string)
 	logger zerolog.Logger
 
+	loop   *termLoop // owns commit's, live's, recov's and sched's state
 	commit *committer
 	live   *liveness
 	recov  recoveryState
@@ -62,6 +60,7 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 		r: r, ctx: ctx, lease: lease, lose: lose,
 		logger: r.log.With().Uint64("lease_rev", lease).Logger(),
 		sched:  newSchedState(),
+		loop:   newTermLoop(),
 	}
 	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, l.conn(), func(workers int) {
 		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
@@ -70,6 +69,12 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 	l.leaseKeeper = newLeaseKeeper(r, l.logger, lose) // the lease was just taken
 	l.commit = newLeaderCommitter(l)
 	return l
+}
+
+// runLoop runs the term's loop (termLoop) until ctx ends.
+func (l *leaderSession) runLoop(ctx context.Context) {
+	l.commit.run()
+	l.loop.run(ctx, l.commit)
 }
 
 // mutate submits one decision to the committer (see committer.Submit).
@@ -161,46 +166,42 @@ func (l *leaderSession) conn() decide.Conn {
 }
 
 // decideRequest submits a request's pure decision and answers as it says:
-// the decision's reply once its events are stored (the worker renewed when
-// it asks for that), or unavailable when they could not be.
+// the decision's reply once its events are stored (a new registration's
+// epoch is the seq its event is stored at; the worker renewed when the
+// decision asks for that), or unavailable when they could not be.
 func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref client.WorkerRef, f func(v *projections.State) decide.Decision) client.Reply {
 	var d decide.Decision
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	seen, err := l.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		d = f(v)
-		if d.Forbidden {
-			l.logForbidden(rpc, ref)
-		}
 		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
+	if d.Forbidden {
+		l.logForbidden(rpc, ref)
+	}
+	if d.EpochAtSeq {
+		d.Reply.Epoch = seen
+		l.logger.Info().Uint64("worker_id", d.Reply.ID).Uint64("epoch", d.Reply.Epoch).Msg("worker registered")
+	}
 	if d.Renew {
-		l.live.renew(d.Reply.ID, d.Reply.Epoch, l.r.cfg.Clock.Now())
+		l.grantTimeout(d.Reply.ID, d.Reply.Epoch)
 	}
 	return d.Reply
 }
 
 func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
-	var r decide.Registration
-	seen, err := l.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		r = decide.Register(v, req)
-		return r.Events, nil
+	return l.decideRequest(ctx, client.RPCRegister, client.WorkerRef{Incarnation: req.Incarnation}, func(v *projections.State) decide.Decision {
+		return decide.Register(v, req)
 	})
-	if err != nil {
-		return unavailable(err)
-	}
-	var rep client.Reply
-	var visible bool
-	l.r.proj.Peek(func(v *projections.State) { rep, visible = decide.Registered(v, r, req, seen) })
-	if !visible {
-		return rep
-	}
-	if !r.Existing {
-		l.logger.Info().Uint64("worker_id", rep.ID).Uint64("epoch", rep.Epoch).Str("endpoint", req.Endpoint).Msg("worker registered")
-	}
-	l.live.renew(rep.ID, rep.Epoch, l.r.cfg.Clock.Now())
-	return rep
+}
+
+// grantTimeout grants registration (id, epoch) a fresh full timeout from
+// now, on the term's loop.
+func (l *leaderSession) grantTimeout(id, epoch uint64) {
+	now := l.r.cfg.Clock.Now()
+	l.loop.do(context.Background(), func() { l.live.renew(id, epoch, now) })
 }
 
 func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
@@ -222,7 +223,14 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.
 	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
-	rep, forbidden := l.live.beat(w, found, ref, l.conn(), l.r.cfg.Clock.Now())
+	c, now := l.conn(), l.r.cfg.Clock.Now()
+	var (
+		rep       client.Reply
+		forbidden bool
+	)
+	if !l.loop.do(context.Background(), func() { rep, forbidden = l.live.beat(w, found, ref, c, now) }) {
+		return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
+	}
 	if forbidden {
 		l.logForbidden(client.RPCHeartbeat, ref)
 	}
@@ -262,7 +270,8 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 }
 
 // collectExpired decides an expiry tick on v: the view, the deadlines, the
-// connection and now in, the worker.expired events to append out.
+// connection and now in, the worker.expired events to append out. It runs
+// in a decision, so on the term's loop, which owns the deadlines.
 func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
 	return l.live.expire(v, l.conn(), l.r.cfg.Clock.Now())
 }

@@ -73,8 +73,9 @@ func newTestLeader(t testing.TB, id string, log events.Log, clk *clock.Manual, l
 		default:
 		}
 	})
-	tl.wg.Add(1)
+	tl.wg.Add(2)
 	go func() { defer tl.wg.Done(); _ = r.proj.Run(ctx) }()
+	go func() { defer tl.wg.Done(); tl.runLoop(ctx) }()
 	t.Cleanup(func() { cancel(); tl.wg.Wait() })
 	return tl
 }

@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"sync"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -10,81 +9,40 @@ import (
 	"github.com/termlog/termlog/projections"
 )
 
-// liveness is a leader term's memory of worker liveness: heartbeat
-// deadlines by worker id, in memory only (a new leader grants fresh
-// timeouts), and the reconnect count of the connection when they were last
-// valid. It is safe for concurrent use: mu guards every field below it, and
-// the state changes only as the pure decisions say (decide.Hear,
-// decide.Heartbeat, decide.Expire). Its callers gather the other inputs
-// (the view, the connection, now).
+// liveness is a leader term's memory of worker liveness (decide.Liveness)
+// with the configuration and what the shell does when the connection came
+// back (log it). It belongs to the term's loop (termLoop): every method
+// runs on the loop's goroutine.
 type liveness struct {
 	cfg  decide.Config
-	back func(workers int) // called (with mu held) when the connection came back: the deadlines were pushed
-
-	mu         sync.Mutex
-	deadlines  map[uint64]decide.Deadline
-	reconnects uint64
+	back func(workers int) // the connection came back: the deadlines were pushed
+	mem  *decide.Liveness
 }
 
 func newLiveness(cfg decide.Config, c decide.Conn, back func(workers int)) *liveness {
-	return &liveness{cfg: cfg, back: back, deadlines: map[uint64]decide.Deadline{}, reconnects: c.Reconnects}
+	return &liveness{cfg: cfg, back: back, mem: decide.NewLiveness(c)}
 }
 
-// hearLocked decides whether heartbeats can reach the leader over c at now
-// and, when the connection came back, pushes every deadline to the floor
-// the decision names. Called with mu held.
-func (lv *liveness) hearLocked(c decide.Conn, now time.Time) bool {
-	h := decide.Hear(c, lv.reconnects, now, lv.cfg)
+func (lv *liveness) heard(h decide.Hearing) {
 	if h.Back {
-		lv.reconnects = h.Reconnects
-		for id, d := range lv.deadlines {
-			if d.At.Before(h.Floor) {
-				d.At = h.Floor
-				lv.deadlines[id] = d
-			}
-		}
-		lv.back(len(lv.deadlines))
+		lv.back(len(lv.mem.Deadlines))
 	}
-	return h.Hearing
 }
 
 // renew grants registration (id, epoch) a fresh full timeout from now.
-func (lv *liveness) renew(id, epoch uint64, now time.Time) {
-	lv.mu.Lock()
-	lv.deadlines[id] = decide.Renewed(epoch, now, lv.cfg)
-	lv.mu.Unlock()
-}
+func (lv *liveness) renew(id, epoch uint64, now time.Time) { lv.mem.Renew(id, epoch, now, lv.cfg) }
 
-// beat decides and applies a heartbeat of ref at now (decide.Heartbeat:
-// ownership first, then the deadline); w and found are the projected
-// worker ref.ID. forbidden: ref names a registration it does not own.
+// beat decides and applies a heartbeat of ref at now (decide.Liveness.Beat).
 func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef, c decide.Conn, now time.Time) (rep client.Reply, forbidden bool) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	lv.hearLocked(c, now) // a deadline that passed during an outage is fresh again
-	d, has := lv.deadlines[ref.ID]
-	rep, renew, forbidden := decide.Heartbeat(w, found, ref, d, has, now)
-	if renew {
-		lv.deadlines[ref.ID] = decide.Renewed(ref.Epoch, now, lv.cfg)
-	}
+	rep, forbidden, h := lv.mem.Beat(w, found, ref, c, now, lv.cfg)
+	lv.heard(h)
 	return rep, forbidden
 }
 
-// expire decides an expiry tick on v at now (decide.Hear, decide.Expire),
-// applies the deadlines it grants and drops, and returns the events to
-// append: none while heartbeats cannot arrive.
+// expire decides an expiry tick on v at now (decide.Liveness.Expire) and
+// returns the events to append: none while heartbeats cannot arrive.
 func (lv *liveness) expire(v *projections.State, c decide.Conn, now time.Time) []events.Payload {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if !lv.hearLocked(c, now) {
-		return nil
-	}
-	x := decide.Expire(v, lv.deadlines, now, lv.cfg)
-	for _, g := range x.Grant {
-		lv.deadlines[g.ID] = g.Deadline
-	}
-	for _, id := range x.Drop {
-		delete(lv.deadlines, id)
-	}
+	x, h := lv.mem.Expire(v, c, now, lv.cfg)
+	lv.heard(h)
 	return x.Events
 }

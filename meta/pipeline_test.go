@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/termlog/termlog/events"
@@ -124,7 +123,7 @@ func longAppends(c *Config) { c.AppendTimeout = 10 * time.Second }
 // pipelining makes tl send a group while another is in flight however few
 // mutations wait.
 func pipelining(tl *testLeader) *testLeader {
-	tl.commit.minPipelined = 1
+	tl.loop.do(context.Background(), func() { tl.commit.minPipelined = 1 })
 	return tl
 }
 
@@ -311,8 +310,8 @@ func TestPipelinedGroupLostAckRetriedOnce(t *testing.T) {
 			t.Fatalf("next register: %+v", rep)
 		}
 		v := tl.r.proj.View()
-		if tl.commit.scratch.Seq != v.Seq || tl.commit.scratch.Hash() != v.Hash() {
-			t.Fatalf("scratch at seq %d differs from the projection at seq %d", tl.commit.scratch.Seq, v.Seq)
+		if seq, hash := tl.scratch(); seq != v.Seq || hash != v.Hash() {
+			t.Fatalf("scratch at seq %d differs from the projection at seq %d", seq, v.Seq)
 		}
 	})
 }
@@ -364,94 +363,56 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 	})
 }
 
-// room bounds what is in flight: at most maxFlights groups, at most
-// maxFlightEvents events with a new group (unless none is in flight), and
-// while one is in flight the next is taken only once minPipelined
-// mutations wait. (synctest: Wait returns once room is blocked.)
+// room bounds what is in flight: at most maxFlights groups, and, unless
+// none is in flight, at least minPipelined mutations waiting and room for
+// them (one event each) under maxFlightEvents.
 func TestRoomBoundsFlights(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := &committer{minPipelined: 3}
-		fly := func(n int) {
-			l.flights = append(l.flights, &flight{evs: make([]events.Event, n), done: make(chan struct{})})
-			l.flightEvents += n
-		}
-		settleHead := func() {
-			l.mu.Lock()
-			h := l.flights[0]
-			l.flights = l.flights[1:]
-			l.flightEvents -= len(h.evs)
-			l.mu.Unlock()
-			close(h.done)
-		}
-		// run starts room(n) and returns once it returned or is blocked;
-		// waiting reports which (failing on an error).
-		run := func(n int) chan error {
-			got := make(chan error, 1)
-			go func() { got <- l.room(t.Context(), n) }()
-			synctest.Wait()
-			return got
-		}
-		waiting := func(got chan error) bool {
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("room: %v", err)
-				}
-				return false
-			default:
-				return true
-			}
-		}
-		l.queue = make([]*mutation, 3)
-		for range maxFlights {
-			fly(1)
-		}
-		got := run(0)
-		if !waiting(got) {
-			t.Fatalf("group %d taken with %d in flight", maxFlights+1, maxFlights)
-		}
-		settleHead()
-		synctest.Wait()
-		if waiting(got) {
-			t.Fatal("next group not taken once one of the groups in flight settled")
-		}
-		for len(l.flights) > 0 {
-			settleHead()
-		}
-		// Events in flight.
-		fly(maxFlightEvents - 10)
-		if got := run(10); waiting(got) {
-			t.Fatalf("a group that fits the events bound waits")
-		}
-		got = run(11)
-		if !waiting(got) {
-			t.Fatalf("a group of 11 sent with %d events in flight", maxFlightEvents-10)
-		}
-		settleHead()
-		synctest.Wait()
-		if waiting(got) {
-			t.Fatal("a group not sent once nothing is in flight")
-		}
-		if got := run(2 * maxFlightEvents); waiting(got) {
-			t.Fatal("a group larger than the bound waits with nothing in flight")
-		}
-		// Few queued while a group is in flight: wait for it (the queue
-		// grows meanwhile); enough queued: take them.
+	c := &committer{minPipelined: 3}
+	fly := func(n int) {
+		c.flights = append(c.flights, &flight{evs: make([]events.Event, n)})
+		c.flightEvents += n
+	}
+	reset := func(queued int) {
+		c.flights, c.flightEvents, c.queue = nil, 0, make([]*mutation, queued)
+	}
+	reset(3)
+	for range maxFlights - 1 {
 		fly(1)
-		l.queue = make([]*mutation, 2)
-		got = run(0)
-		if !waiting(got) {
-			t.Fatal("2 mutations taken while a group is in flight (minPipelined 3)")
-		}
-		settleHead()
-		synctest.Wait()
-		if waiting(got) {
-			t.Fatal("mutations not taken once nothing is in flight")
-		}
-		fly(1)
-		l.queue = make([]*mutation, 3)
-		if got := run(0); waiting(got) {
-			t.Fatal("3 mutations not taken while a group is in flight (minPipelined 3)")
-		}
-	})
+	}
+	if !c.room() {
+		t.Fatalf("group %d not taken with %d in flight", maxFlights, maxFlights-1)
+	}
+	fly(1)
+	if c.room() {
+		t.Fatalf("group %d taken with %d in flight", maxFlights+1, maxFlights)
+	}
+	reset(10)
+	fly(maxFlightEvents - 10)
+	if !c.room() {
+		t.Fatal("a group that fits the events bound waits")
+	}
+	c.queue = make([]*mutation, 11)
+	if c.room() {
+		t.Fatalf("a group of 11 taken with %d events in flight", maxFlightEvents-10)
+	}
+	reset(2 * maxFlightEvents)
+	if !c.room() {
+		t.Fatal("a large queue waits with nothing in flight")
+	}
+	reset(3)
+	fly(1)
+	c.unsent = 1
+	if c.room() {
+		t.Fatal("a group taken while the sender still hands the one before it to the log")
+	}
+	c.unsent = 0
+	reset(2)
+	fly(1)
+	if c.room() {
+		t.Fatal("2 mutations taken while a group is in flight (minPipelined 3)")
+	}
+	c.queue = make([]*mutation, 3)
+	if !c.room() {
+		t.Fatal("3 mutations not taken while a group is in flight (minPipelined 3)")
+	}
 }

@@ -366,6 +366,7 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	r.beginTerm(l)
 
 	tasks := &termTasks{ctx: lctx}
+	tasks.start(l.runLoop)          // first: every other task sends the term's loop messages
 	tasks.start(l.leaseKeeper.keep) // renewal and watchdog, from the lease's Acquire on
 	tasks.start(func(ctx context.Context) {
 		select {
@@ -473,11 +474,3 @@ func (r *Replica) endTerm(ctx context.Context, l *leaderSession, reason string, 
 	r.mu.Unlock()
 	r.onTerm(l.term, l.lease, TermEnded, reason)
 }
-
-type atomicTime struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (a *atomicTime) Store(t time.Time) { a.mu.Lock(); a.t = t; a.mu.Unlock() }
-func (a *atomicTime) Load() time.Time   { a.mu.Lock(); defer a.mu.Unlock(); return a.t }

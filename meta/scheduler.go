@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -52,10 +51,12 @@ type ShardHealth = sched.ShardHealth
 
 // schedState is what the leader's RPC handlers share with its scheduler
 // loop: the stores' latest reports (written by the handlers) and the last
-// decision's health (written by the loop). The loop owns everything else
-// (its sched.Memory, the execs it runs).
+// decision's health (written by the loop). It belongs to the term's loop:
+// the handlers report by messages, the scheduler's decision (which runs on
+// the loop) reads the reports in place, and the health is read by messages.
+// The scheduler loop owns everything else (its sched.Memory, the execs it
+// runs).
 type schedState struct {
-	mu      sync.Mutex
 	reports map[string]sched.Report
 	health  sched.Health
 }
@@ -64,16 +65,16 @@ func newSchedState() *schedState {
 	return &schedState{reports: map[string]sched.Report{}}
 }
 
-func (s *schedState) report(store string, r sched.Report) {
-	s.mu.Lock()
-	s.reports[store] = r
-	s.mu.Unlock()
+// report records a store's report, on the term's loop.
+func (l *leaderSession) report(store string, r sched.Report) {
+	l.loop.do(context.Background(), func() { l.sched.reports[store] = r })
 }
 
-func (s *schedState) copyReports() map[string]sched.Report {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.reports)
+// health is the last scheduling decision's health, read on the term's loop.
+func (l *leaderSession) health() sched.Health {
+	var h sched.Health
+	l.loop.read(func() { h = l.sched.health })
+	return h
 }
 
 // storeRegister handles store.register (decide.StoreRegister).
@@ -88,7 +89,7 @@ func (l *leaderSession) storeRegister(ctx context.Context, req client.StoreRegis
 	var registered bool
 	l.r.proj.Peek(func(v *projections.State) { rep, registered = decide.StoreRegistered(v, req) })
 	if registered {
-		l.sched.report(req.Store, sched.Report{Incarnation: req.Incarnation, Started: req.Started, At: l.r.cfg.Clock.Now()})
+		l.report(req.Store, sched.Report{Incarnation: req.Incarnation, Started: req.Started, At: l.r.cfg.Clock.Now()})
 	}
 	return rep
 }
@@ -100,7 +101,7 @@ func (l *leaderSession) storeHeartbeat(_ context.Context, hb client.StoreHeartbe
 	var known bool
 	l.r.proj.Peek(func(v *projections.State) { rep, known = decide.StoreHeartbeat(v, hb) })
 	if known {
-		l.sched.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, Started: hb.Started, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
+		l.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, Started: hb.Started, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
 	}
 	return rep
 }
@@ -169,9 +170,9 @@ func (l *leaderSession) schedulePasses(ctx context.Context, wg *sync.WaitGroup, 
 	for range maxPasses {
 		var out sched.Output
 		now := l.r.cfg.Clock.Now()
-		reports := l.sched.copyReports()
 		err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-			out = sched.Decide(sched.Input{View: v, Reports: reports, Memory: mem, Now: now, Term: l.term, Config: cfg})
+			// On the term's loop, which owns the reports: read in place.
+			out = sched.Decide(sched.Input{View: v, Reports: l.sched.reports, Memory: mem, Now: now, Term: l.term, Config: cfg})
 			return out.Events, nil
 		})
 		if err != nil {
@@ -181,10 +182,8 @@ func (l *leaderSession) schedulePasses(ctx context.Context, wg *sync.WaitGroup, 
 			return mem
 		}
 		mem = out.Memory
-		l.sched.mu.Lock()
-		prev := l.sched.health
-		l.sched.health = out.Health
-		l.sched.mu.Unlock()
+		var prev sched.Health
+		l.loop.do(ctx, func() { prev, l.sched.health = l.sched.health, out.Health })
 		l.logLostQuorum(prev, out.Health)
 		for _, ev := range out.Events {
 			l.logDecision(ev)
@@ -313,7 +312,5 @@ func (r *Replica) HealthReport() sched.Health {
 	if l == nil {
 		return sched.Health{}
 	}
-	l.sched.mu.Lock()
-	defer l.sched.mu.Unlock()
-	return l.sched.health
+	return l.health()
 }

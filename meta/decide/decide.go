@@ -28,12 +28,16 @@ type Config struct {
 
 // Decision is what a request asks of the leader: append Events (in order,
 // with the fence; none: nothing to append), then answer Reply once they are
-// stored. When Renew is set, the worker (Reply.ID, Reply.Epoch) gets a fresh
+// stored. Every request kind is decided once, in this shape. When Renew is set, the worker (Reply.ID, Reply.Epoch) gets a fresh
 // heartbeat deadline once the events are stored.
 type Decision struct {
 	Events []events.Payload
 	Reply  client.Reply
 	Renew  bool
+	// EpochAtSeq: the reply's epoch is the seq the decision's one event is
+	// stored at (a new registration's epoch), which the shell learns once
+	// it is stored: the seq the decision saw, its own event included.
+	EpochAtSeq bool
 	// Forbidden is set when the request was refused because another
 	// incarnation registered the worker (the shell logs it).
 	Forbidden bool
@@ -79,53 +83,24 @@ func owned(v *projections.State, ref client.WorkerRef) *client.Reply {
 	return Owned(w, found, ref)
 }
 
-// Registration is the decision on a register request.
-type Registration struct {
-	// Events is the worker.registered to append; nil when the same
-	// incarnation is already registered at the endpoint (Existing).
-	Events   []events.Payload
-	Existing bool
-	// ID is the worker's id: the existing one, or the one its event
-	// allocates (the view's next_worker_id).
-	ID uint64
-	// Epoch is the existing registration's epoch; a new one's is the seq
-	// its event is stored at (see Registered).
-	Epoch uint64
-}
-
 // Register decides a register request on v: the same incarnation at the
-// same endpoint gets its existing id and epoch back; anything else is a new
-// registration with the view's next id (the fold removes any other worker
-// at the endpoint in the same step).
-func Register(v *projections.State, req client.RegisterRequest) Registration {
+// same endpoint gets its existing id and epoch back, nothing appended;
+// anything else is a new registration with the view's next id (the fold
+// removes any other worker at the endpoint in the same step), whose epoch
+// is the seq its event is stored at (EpochAtSeq). Either way the worker is
+// renewed. A worker replaced later in its own group still gets its id and
+// epoch: it learns of the replacement at its next heartbeat, as if it came
+// later.
+func Register(v *projections.State, req client.RegisterRequest) Decision {
 	// A lookup by endpoint: one active worker per endpoint, found in O(1),
 	// where a search by incarnation scans every worker.
 	if w, found := v.WorkerAt(req.Endpoint); found && w.Incarnation == req.Incarnation {
-		return Registration{Existing: true, ID: w.ID, Epoch: w.Epoch}
+		return Decision{Reply: ok(w.ID, w.Epoch), Renew: true}
 	}
 	id := v.NextWorkerID
-	return Registration{ID: id, Events: []events.Payload{events.WorkerRegistered{
+	return Decision{Reply: ok(id, 0), Renew: true, EpochAtSeq: true, Events: []events.Payload{events.WorkerRegistered{
 		ID: id, Incarnation: req.Incarnation, Endpoint: req.Endpoint, Kind: req.Kind, Parallelism: req.Parallelism,
 	}}}
-}
-
-// Registered is the reply to registration r of req once its events are
-// stored, judged on the projection v (which holds them; seen is the seq the
-// decision saw, its own event included: a new registration's epoch). A new
-// registration must be visible in v: its id allocated, and the worker at it
-// either this registration or gone (a later event of the same group may
-// have replaced it — another incarnation at its endpoint — which the worker
-// learns at its next heartbeat, as if it came later). ok is false when it is
-// not visible; the reply is then unavailable.
-func Registered(v *projections.State, r Registration, req client.RegisterRequest, seen uint64) (rep client.Reply, ok bool) {
-	if r.Existing {
-		return client.Reply{ID: r.ID, Epoch: r.Epoch}, true
-	}
-	got, found := v.Worker(r.ID)
-	if v.NextWorkerID <= r.ID || found && (got.Epoch != seen || got.Incarnation != req.Incarnation) {
-		return client.Reply{Error: &client.RPCError{Code: client.CodeUnavailable, Message: "registration not visible in the projection"}}, false
-	}
-	return client.Reply{ID: r.ID, Epoch: seen}, true
 }
 
 // Activate decides an activate request: worker.activated for a Starting
@@ -334,4 +309,74 @@ func StoreSelfDrain(v *projections.State, req client.SelfDrainRequest, now time.
 	// Stopping: the process says it is going, so nothing it reported
 	// counts from this event on (status names the planned stop at once).
 	return Decision{Events: []events.Payload{events.StoreState{Store: req.Store, State: events.StoreDraining, Until: until, Stopping: true}}}
+}
+
+// Liveness is a leader term's memory of worker liveness: heartbeat
+// deadlines by worker id (in memory only: a new leader grants fresh
+// timeouts) and the reconnect count of the connection when they were last
+// valid. It changes only through its methods, which apply the decisions
+// above (Hear, Heartbeat, Expire); the shell gathers their inputs (the
+// view, the connection, now) and keeps the Liveness on one goroutine.
+type Liveness struct {
+	Deadlines  map[uint64]Deadline
+	Reconnects uint64
+}
+
+// NewLiveness is a new term's memory: no deadlines, the connection's
+// reconnect count as it is now.
+func NewLiveness(c Conn) *Liveness {
+	return &Liveness{Deadlines: map[uint64]Deadline{}, Reconnects: c.Reconnects}
+}
+
+// Hear decides whether heartbeats reach the leader over c at now and, when
+// the connection came back, pushes every deadline to the floor the decision
+// names and remembers the reconnect count.
+func (lv *Liveness) Hear(c Conn, now time.Time, cfg Config) Hearing {
+	h := Hear(c, lv.Reconnects, now, cfg)
+	if h.Back {
+		lv.Reconnects = h.Reconnects
+		for id, d := range lv.Deadlines {
+			if d.At.Before(h.Floor) {
+				d.At = h.Floor
+				lv.Deadlines[id] = d
+			}
+		}
+	}
+	return h
+}
+
+// Renew grants registration (id, epoch) a fresh full timeout from now.
+func (lv *Liveness) Renew(id, epoch uint64, now time.Time, cfg Config) {
+	lv.Deadlines[id] = Renewed(epoch, now, cfg)
+}
+
+// Beat decides and applies a heartbeat of ref at now: hearing first (a
+// deadline that passed during an outage is fresh again), then Heartbeat on
+// the projected worker w (found: whether the view has ref.ID).
+func (lv *Liveness) Beat(w projections.Worker, found bool, ref client.WorkerRef, c Conn, now time.Time, cfg Config) (rep client.Reply, forbidden bool, h Hearing) {
+	h = lv.Hear(c, now, cfg)
+	d, has := lv.Deadlines[ref.ID]
+	rep, renew, forbidden := Heartbeat(w, found, ref, d, has, now)
+	if renew {
+		lv.Renew(ref.ID, ref.Epoch, now, cfg)
+	}
+	return rep, forbidden, h
+}
+
+// Expire decides an expiry tick on v at now (Hear, then Expire), applies
+// the deadlines it grants and drops, and returns the decision: nothing
+// while heartbeats cannot arrive.
+func (lv *Liveness) Expire(v *projections.State, c Conn, now time.Time, cfg Config) (Expiry, Hearing) {
+	h := lv.Hear(c, now, cfg)
+	if !h.Hearing {
+		return Expiry{}, h
+	}
+	x := Expire(v, lv.Deadlines, now, cfg)
+	for _, g := range x.Grant {
+		lv.Deadlines[g.ID] = g.Deadline
+	}
+	for _, id := range x.Drop {
+		delete(lv.Deadlines, id)
+	}
+	return x, h
 }

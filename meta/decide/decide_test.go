@@ -28,18 +28,18 @@ var t0 = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 // clock) and does with what they return (append the events, apply the
 // deadline changes), as meta's leaderSession does.
 type world struct {
-	v          *projections.State
-	deadlines  map[uint64]decide.Deadline
-	reconnects uint64 // the count the deadlines were last valid for
-	conn       decide.Conn
-	now        time.Time
-	term       uint64
-	leader     string
-	cfg        decide.Config
+	v      *projections.State
+	live   *decide.Liveness // the leader's liveness memory, as meta keeps it
+	conn   decide.Conn
+	now    time.Time
+	term   uint64
+	leader string
+	cfg    decide.Config
 }
 
 func newWorld() *world {
-	return &world{v: projections.New(), deadlines: map[uint64]decide.Deadline{}, conn: decide.Conn{Connected: true},
+	c := decide.Conn{Connected: true}
+	return &world{v: projections.New(), live: decide.NewLiveness(c), conn: c,
 		now: t0, cfg: decide.Config{WorkerTimeout: 10 * time.Second}}
 }
 
@@ -92,8 +92,8 @@ func at(t time.Time) string { return "+" + t.Sub(t0).String() }
 
 // renew sets the deadline the shell grants a worker answered ok.
 func (w *world) renew(b *strings.Builder, id, epoch uint64) {
-	d := decide.Renewed(epoch, w.now, w.cfg)
-	w.deadlines[id] = d
+	w.live.Renew(id, epoch, w.now, w.cfg)
+	d := w.live.Deadlines[id]
 	fmt.Fprintf(b, "deadline %d epoch=%d at=%s\n", id, epoch, at(d.At))
 }
 
@@ -208,8 +208,7 @@ func TestScripts(t *testing.T) {
 func cmdLeader(_ *testing.T, w *world, _ *datadriven.TestData, a args) string {
 	w.term = w.v.Term + 1
 	w.leader = a["id"]
-	w.deadlines = map[uint64]decide.Deadline{}
-	w.reconnects = w.conn.Reconnects
+	w.live = decide.NewLiveness(w.conn)
 	var b strings.Builder
 	w.commit(&b, events.TermStarted{Term: w.term, Leader: w.leader})
 	return b.String()
@@ -267,17 +266,7 @@ func cmdRegister(_ *testing.T, w *world, _ *datadriven.TestData, a args) string 
 	if p, err := strconv.Atoi(a["parallelism"]); err == nil {
 		req.Parallelism = p
 	}
-	var b strings.Builder
-	r := decide.Register(w.v, req)
-	if !w.commit(&b, r.Events...) {
-		return b.String()
-	}
-	rep, visible := decide.Registered(w.v, r, req, w.v.Seq)
-	b.WriteString(renderReply(rep))
-	if visible {
-		w.renew(&b, rep.ID, rep.Epoch)
-	}
-	return b.String()
+	return w.request(decide.Register(w.v, req))
 }
 
 // request runs a decision as the shell's decideRequest does.
@@ -286,14 +275,24 @@ func (w *world) request(dec decide.Decision) string {
 	if !w.commit(&b, dec.Events...) {
 		return b.String()
 	}
+	w.answer(&b, dec, w.v.Seq)
+	return b.String()
+}
+
+// answer renders a decision's reply once its events are stored, seen
+// being the seq it saw (its own events included), and renews the worker
+// when it says so.
+func (w *world) answer(b *strings.Builder, dec decide.Decision, seen uint64) {
 	if dec.Forbidden {
 		b.WriteString("log: refused, another incarnation's registration\n")
 	}
+	if dec.EpochAtSeq {
+		dec.Reply.Epoch = seen
+	}
 	b.WriteString(renderReply(dec.Reply))
 	if dec.Renew {
-		w.renew(&b, dec.Reply.ID, dec.Reply.Epoch)
+		w.renew(b, dec.Reply.ID, dec.Reply.Epoch)
 	}
-	return b.String()
 }
 
 func cmdActivate(t *testing.T, w *world, d *datadriven.TestData, a args) string {
@@ -304,61 +303,42 @@ func cmdDeregister(t *testing.T, w *world, d *datadriven.TestData, a args) strin
 	return w.request(decide.Deregister(w.v, a.ref(t, d)))
 }
 
-// hear runs the hearing decision and applies it as the shell does.
-func (w *world) hear(b *strings.Builder) bool {
-	h := decide.Hear(w.conn, w.reconnects, w.now, w.cfg)
+// heard renders a hearing decision the leader's memory applied.
+func heard(b *strings.Builder, h decide.Hearing) {
 	if h.Back {
-		w.reconnects = h.Reconnects
-		for id, d := range w.deadlines {
-			if d.At.Before(h.Floor) {
-				d.At = h.Floor
-				w.deadlines[id] = d
-			}
-		}
 		fmt.Fprintf(b, "connection back (reconnects=%d): every deadline at least %s\n", h.Reconnects, at(h.Floor))
 	}
-	return h.Hearing
 }
 
 func cmdHeartbeat(t *testing.T, w *world, d *datadriven.TestData, a args) string {
 	ref := a.ref(t, d)
 	wk, found := w.v.Worker(ref.ID)
 	var b strings.Builder
-	if rep := decide.Owned(wk, found, ref); rep != nil {
-		// Refused on the view alone: the shell does not look at the
-		// deadlines.
-		if rep.Error.Code == client.CodeForbidden {
-			b.WriteString("log: refused, another incarnation's registration\n")
-		}
-		b.WriteString(renderReply(*rep))
-		return b.String()
-	}
-	w.hear(&b)
-	dl, has := w.deadlines[ref.ID]
-	rep, renew, forbidden := decide.Heartbeat(wk, found, ref, dl, has, w.now)
+	rep, forbidden, h := w.live.Beat(wk, found, ref, w.conn, w.now, w.cfg)
+	heard(&b, h)
 	if forbidden {
 		b.WriteString("log: refused, another incarnation's registration\n")
 	}
 	b.WriteString(renderReply(rep))
-	if renew {
-		w.renew(&b, ref.ID, ref.Epoch)
+	if rep.Error == nil {
+		dl := w.live.Deadlines[ref.ID]
+		fmt.Fprintf(&b, "deadline %d epoch=%d at=%s\n", ref.ID, dl.Epoch, at(dl.At))
 	}
 	return b.String()
 }
 
 func cmdExpire(_ *testing.T, w *world, _ *datadriven.TestData, _ args) string {
 	var b strings.Builder
-	if !w.hear(&b) {
+	x, h := w.live.Expire(w.v, w.conn, w.now, w.cfg)
+	heard(&b, h)
+	if !h.Hearing {
 		b.WriteString("not hearing: nothing expires\n")
 		return b.String()
 	}
-	x := decide.Expire(w.v, w.deadlines, w.now, w.cfg)
 	for _, g := range x.Grant {
-		w.deadlines[g.ID] = g.Deadline
 		fmt.Fprintf(&b, "grant %d epoch=%d at=%s\n", g.ID, g.Deadline.Epoch, at(g.Deadline.At))
 	}
 	for _, id := range x.Drop {
-		delete(w.deadlines, id)
 		fmt.Fprintf(&b, "drop %d\n", id)
 	}
 	w.commit(&b, x.Events...)
@@ -369,14 +349,14 @@ func cmdExpire(_ *testing.T, w *world, _ *datadriven.TestData, _ args) string {
 }
 
 func cmdDeadlines(_ *testing.T, w *world, _ *datadriven.TestData, _ args) string {
-	ids := make([]uint64, 0, len(w.deadlines))
-	for id := range w.deadlines {
+	ids := make([]uint64, 0, len(w.live.Deadlines))
+	for id := range w.live.Deadlines {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	var b strings.Builder
 	for _, id := range ids {
-		d := w.deadlines[id]
+		d := w.live.Deadlines[id]
 		fmt.Fprintf(&b, "deadline %d epoch=%d at=%s\n", id, d.Epoch, at(d.At))
 	}
 	if b.Len() == 0 {
@@ -448,17 +428,14 @@ func cmdGroup(t *testing.T, w *world, d *datadriven.TestData, _ args) string {
 		switch cmd {
 		case "register":
 			req := client.RegisterRequest{Incarnation: a["incarnation"], Endpoint: a["endpoint"]}
-			r := decide.Register(w.v, req)
-			if !w.commit(&b, r.Events...) {
+			dec := decide.Register(w.v, req)
+			if !w.commit(&b, dec.Events...) {
 				continue
 			}
 			seen := w.v.Seq
 			answers = append(answers, func() {
-				rep, visible := decide.Registered(w.v, r, req, seen)
-				fmt.Fprintf(&b, "%s: %s", line, renderReply(rep))
-				if visible {
-					w.renew(&b, rep.ID, rep.Epoch)
-				}
+				fmt.Fprintf(&b, "%s: ", line)
+				w.answer(&b, dec, seen)
 			})
 		case "store-register":
 			req := client.StoreRegisterRequest{Store: a["store"], Incarnation: a["incarnation"], RaftAddr: a["addr"]}
