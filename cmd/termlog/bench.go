@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -13,7 +14,7 @@ import (
 func newBench(_ *globals) *cobra.Command {
 	cfg := bench.Defaults
 	var asJSON bool
-	var out, only string
+	var out, only, replot string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure termlog's hot paths next to raw baselines on an embedded NATS server",
@@ -45,6 +46,12 @@ is bounded in count and time. The defaults take about a minute on 2 cores; the
 issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if replot != "" {
+				if cfg.Plot == "" {
+					return usage(errors.New("--replot needs --plot FILE (where to write the plot)"))
+				}
+				return bench.Replot(replot, cfg.Plot)
+			}
 			if only != "" {
 				cfg.Only = strings.Split(only, ",")
 			}
@@ -92,6 +99,7 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.IntSliceVar(&cfg.Scale, "scale", bench.DefaultScale, "scale: worker counts, each run on every --scale-replicas configuration")
 	f.IntSliceVar(&cfg.ScaleReplicas, "scale-replicas", []int{1, 3}, "scale: server configurations (1: one node, 3: a 3-node cluster)")
 	f.StringVar(&cfg.Plot, "plot", "", "scale: write the SVG plot of the points to this file")
+	f.StringVar(&replot, "replot", "", "measure nothing: write --plot from a report saved with --json --out (its scale points)")
 	f.IntVar(&cfg.NodeLoss.Kills, "kills", 5, "nodeloss: losses of each scenario (min/median/max over them)")
 	f.IntVar(&cfg.NodeLoss.PortBase, "nodeloss-ports", 0, "nodeloss: the nodes' client ports are this..+2, their route ports +3..+5 (0: free ports)")
 	f.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "bound of each other phase that waits on the cluster or the stream; a phase cut short is reported as partial")

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"math"
@@ -161,11 +162,16 @@ func drawPanel(b *bytes.Buffer, x0, y0 float64, p plotPanel) {
 	for _, r := range p.refs {
 		if y := ya.at(r.y); y >= top && y <= top+h {
 			fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="2,3"/>`+"\n", left, y, left+w, y, colorTarget)
-			text(b, left+w-4, y-4, "end", 11, "", r.label)
 		}
 	}
 	for _, s := range p.series {
 		drawSeries(b, xa, ya, s)
+	}
+	// The targets' labels last, with a white halo: readable over the lines.
+	for _, r := range p.refs {
+		if y := ya.at(r.y); y >= top && y <= top+h {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="11" fill="%s" stroke="white" stroke-width="3" paint-order="stroke">%s</text>`+"\n", left+w-4, y+14, colorTarget, esc(r.label))
+		}
 	}
 }
 
@@ -338,4 +344,21 @@ func esc(s string) string {
 	var b bytes.Buffer
 	_ = xml.EscapeText(&b, []byte(s))
 	return b.String()
+}
+
+// Replot writes the scale plot of a report saved with --json to plot,
+// measuring nothing: a plot can be redrawn without a 30-minute run.
+func Replot(report, plot string) error {
+	b, err := os.ReadFile(report)
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: not a bench report (--json): %w", report, err)
+	}
+	if len(rep.Scale) == 0 {
+		return fmt.Errorf("%s: the report has no scale points (run the scale group with --json)", report)
+	}
+	return writePlotFile(plot, &rep)
 }

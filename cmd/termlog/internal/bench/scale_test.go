@@ -91,6 +91,26 @@ func TestScalePlot(t *testing.T) {
 	if got := strings.Count(s, `fill="white" stroke="#1f5fbf"`); got != 2 {
 		t.Errorf("%d hollow termlog points, want 2 (the bounded burst at 100k, R1 and R3)", got)
 	}
+
+	// --replot: the same plot from the report saved as JSON.
+	dir := t.TempDir()
+	saved, plot := filepath.Join(dir, "rep.json"), filepath.Join(dir, "plots", "scale.svg")
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(saved, js.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Replot(saved, plot); err != nil {
+		t.Fatalf("Replot: %v", err)
+	}
+	if got, err := os.ReadFile(plot); err != nil || !bytes.Equal(got, b) {
+		t.Errorf("Replot wrote %d bytes (%v), want the %d-byte plot of the report it was saved from", len(got), err, len(b))
+	}
+	if err := Replot(plot, filepath.Join(dir, "x.svg")); err == nil || !strings.Contains(err.Error(), "not a bench report") {
+		t.Errorf("Replot of an SVG: %v, want 'not a bench report'", err)
+	}
 }
 
 // checkSVG parses b as XML with an svg root and returns how many
