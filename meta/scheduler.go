@@ -77,21 +77,21 @@ func (l *leaderSession) health() sched.Health {
 	return h
 }
 
-// storeRegister handles store.register (decide.StoreRegister).
+// storeRegister handles store.register: one decision (decide.StoreRegister),
+// answered once its events are stored, the store's report recorded then.
 func (l *leaderSession) storeRegister(ctx context.Context, req client.StoreRegisterRequest) client.Reply {
+	var d decide.Decision
 	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		return decide.StoreRegister(v, req), nil
+		d = decide.StoreRegister(v, req)
+		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	var rep client.Reply
-	var registered bool
-	l.r.proj.Peek(func(v *projections.State) { rep, registered = decide.StoreRegistered(v, req) })
-	if registered {
+	if d.Renew {
 		l.report(req.Store, sched.Report{Incarnation: req.Incarnation, Started: req.Started, At: l.r.cfg.Clock.Now()})
 	}
-	return rep
+	return d.Reply
 }
 
 // storeHeartbeat handles store.heartbeat: memory only

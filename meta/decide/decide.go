@@ -28,8 +28,10 @@ type Config struct {
 
 // Decision is what a request asks of the leader: append Events (in order,
 // with the fence; none: nothing to append), then answer Reply once they are
-// stored. Every request kind is decided once, in this shape. When Renew is set, the worker (Reply.ID, Reply.Epoch) gets a fresh
-// heartbeat deadline once the events are stored.
+// stored. Every request kind is decided once, in this shape. When Renew is
+// set, the requester's liveness is renewed once the events are stored: a
+// worker's (Reply.ID, Reply.Epoch) gets a fresh heartbeat deadline, a
+// store's report is recorded.
 type Decision struct {
 	Events []events.Payload
 	Reply  client.Reply
@@ -248,26 +250,19 @@ func Expire(v *projections.State, deadlines map[uint64]Deadline, now time.Time, 
 	return out
 }
 
-// StoreRegister decides a store.register request: nothing to append when
-// the store is registered and up with the same incarnation and raft
-// address, else store.registered (the fold refuses it when the raft
-// address is taken or the store is a tombstone; see StoreRegistered).
-func StoreRegister(v *projections.State, req client.StoreRegisterRequest) []events.Payload {
+// StoreRegister decides a store.register request on v: store.registered
+// unless the store is already up with req's incarnation and raft address
+// (a retry: nothing appended). Either way the reply is ok once the events
+// are stored and the store's first report is recorded (Renew). The fold
+// refuses a raft address another store holds, or a tombstone: then nothing
+// is stored and the store retries. A store registered again later in its
+// own group still gets ok: it learns of the replacement at its next
+// heartbeat (reregister), as a worker does.
+func StoreRegister(v *projections.State, req client.StoreRegisterRequest) Decision {
 	if st, found := v.Stores[req.Store]; found && st.Incarnation == req.Incarnation && st.RaftAddr == req.RaftAddr && st.State == events.StoreUp {
-		return nil
+		return Decision{Renew: true}
 	}
-	return []events.Payload{events.StoreRegistered{Store: req.Store, Incarnation: req.Incarnation, RaftAddr: req.RaftAddr}}
-}
-
-// StoreRegistered is the reply to req once StoreRegister's events are
-// stored, judged on the projection v that holds them: ok (the shell then
-// records the store's first report) when v has the store with req's
-// incarnation.
-func StoreRegistered(v *projections.State, req client.StoreRegisterRequest) (rep client.Reply, ok bool) {
-	if st, found := v.Stores[req.Store]; !found || st.Incarnation != req.Incarnation {
-		return BadRequest(fmt.Errorf("store %s not registered (raft address taken or tombstone?)", req.Store)), false
-	}
-	return client.Reply{}, true
+	return Decision{Renew: true, Events: []events.Payload{events.StoreRegistered{Store: req.Store, Incarnation: req.Incarnation, RaftAddr: req.RaftAddr}}}
 }
 
 // StoreHeartbeat decides a store heartbeat (memory only: a down store that

@@ -384,12 +384,12 @@ func cmdRender(prefix string) handler {
 func cmdStoreRegister(_ *testing.T, w *world, _ *datadriven.TestData, a args) string {
 	req := client.StoreRegisterRequest{Store: a["store"], Incarnation: a["incarnation"], RaftAddr: a["addr"]}
 	var b strings.Builder
-	if !w.commit(&b, decide.StoreRegister(w.v, req)...) {
+	dec := decide.StoreRegister(w.v, req)
+	if !w.commit(&b, dec.Events...) {
 		return b.String()
 	}
-	rep, ok := decide.StoreRegistered(w.v, req)
-	b.WriteString(renderReply(rep))
-	if ok {
+	b.WriteString(renderReply(dec.Reply))
+	if dec.Renew {
 		fmt.Fprintf(&b, "report %s incarnation=%s at=%s\n", req.Store, req.Incarnation, at(w.now))
 	}
 	return b.String()
@@ -439,13 +439,11 @@ func cmdGroup(t *testing.T, w *world, d *datadriven.TestData, _ args) string {
 			})
 		case "store-register":
 			req := client.StoreRegisterRequest{Store: a["store"], Incarnation: a["incarnation"], RaftAddr: a["addr"]}
-			if !w.commit(&b, decide.StoreRegister(w.v, req)...) {
+			dec := decide.StoreRegister(w.v, req)
+			if !w.commit(&b, dec.Events...) {
 				continue
 			}
-			answers = append(answers, func() {
-				rep, _ := decide.StoreRegistered(w.v, req)
-				fmt.Fprintf(&b, "%s: %s", line, renderReply(rep))
-			})
+			answers = append(answers, func() { fmt.Fprintf(&b, "%s: %s", line, renderReply(dec.Reply)) })
 		default:
 			d.Fatalf(t, "group: %q is not a register or store-register", line)
 		}
