@@ -208,7 +208,7 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 		if string(key) == string(last) && now.Sub(lastAt) < healthEvery {
 			continue
 		}
-		if err := l.leaseFresh(); err != nil {
+		if err := l.keeper.leaseFresh(); err != nil {
 			return // a paused leader publishes nothing; leaseFresh ended the term
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)

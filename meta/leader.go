@@ -32,7 +32,7 @@ var ErrDisconnected = errors.New("NATS connection down")
 //     stores' reports and the last health (sched). Handlers and timers send
 //     it functions to run and wait for them; none of them takes a lock.
 //   - leaseKeeper: the lease's renewal and its age (leasekeeper.go); the
-//     session asks it before acting (mayAppend, leaseFresh).
+//     session asks it before acting (keeper.mayAppend, keeper.leaseFresh).
 //
 // The term's RPCs are served by an rpcServer (rpc.go) over the table of
 // leaderRPCs. The other fields never change after newLeaderSession.
@@ -49,8 +49,7 @@ type leaderSession struct {
 	live   *liveness
 	recov  recoveryState
 	sched  *schedState
-	// Embedded: l.mayAppend and l.leaseFresh are the keeper's checks.
-	*leaseKeeper
+	keeper *leaseKeeper // the lease: keeper.mayAppend and keeper.leaseFresh are its checks
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -66,7 +65,7 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
 			Msg("NATS connection is back: every worker gets a fresh full timeout")
 	})
-	l.leaseKeeper = newLeaseKeeper(r, l.logger, lose) // the lease was just taken
+	l.keeper = newLeaseKeeper(r, l.logger, lose) // the lease was just taken
 	l.commit = newLeaderCommitter(l)
 	return l
 }
@@ -178,9 +177,6 @@ func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref clien
 	if err != nil {
 		return unavailable(err)
 	}
-	if d.Forbidden {
-		l.logForbidden(rpc, ref)
-	}
 	if d.EpochAtSeq {
 		d.Reply.Epoch = seen
 		l.logger.Info().Uint64("worker_id", d.Reply.ID).Uint64("epoch", d.Reply.Epoch).Msg("worker registered")
@@ -224,15 +220,9 @@ func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
 	// every change, and heartbeats arrive while registrations change it.
 	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
 	c, now := l.conn(), l.r.cfg.Clock.Now()
-	var (
-		rep       client.Reply
-		forbidden bool
-	)
-	if !l.loop.do(context.Background(), func() { rep, forbidden = l.live.beat(w, found, ref, c, now) }) {
+	var rep client.Reply
+	if !l.loop.do(context.Background(), func() { rep, _ = l.live.beat(w, found, ref, c, now) }) {
 		return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
-	}
-	if forbidden {
-		l.logForbidden(client.RPCHeartbeat, ref)
 	}
 	return rep
 }

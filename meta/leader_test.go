@@ -289,7 +289,8 @@ func workerList(v *projections.State) string {
 func TestImpersonationRefused(t *testing.T) {
 	clk := clock.NewManual(t0)
 	ctx := ctxT(t)
-	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1)
+	var logs lockedLog
+	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1, func(c *Config) { c.Logger = zerolog.New(&logs) })
 	if err := l.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -303,6 +304,11 @@ func TestImpersonationRefused(t *testing.T) {
 		rep := l.call(t, rpc, forged)
 		if rep.Error == nil || rep.Error.Code != client.CodeForbidden || !errors.Is(rep.Error, client.ErrForbidden) {
 			t.Fatalf("forged %s: %+v, want %s", rpc, rep, client.CodeForbidden)
+		}
+		// The RPC server logs each refusal, naming the RPC and the claim.
+		want := fmt.Sprintf(`"rpc":%q,"worker_id":%d,"epoch":%d,"claimed_incarnation":"mallory","message":"refused: the registration belongs to another incarnation"`, rpc, a.ID, a.Epoch)
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("forged %s: no refusal logged; want %s in:\n%s", rpc, want, logs.String())
 		}
 	}
 	v := l.r.proj.View()
@@ -523,7 +529,7 @@ func TestDeposedHolderCannotStartATerm(t *testing.T) {
 func advance(clk *clock.Manual, d time.Duration, ls ...*testLeader) {
 	clk.Advance(d)
 	for _, l := range ls {
-		l.leaseKeeper.renewed.Store(clk.Now())
+		l.keeper.renewed.Store(clk.Now())
 	}
 }
 
@@ -694,4 +700,22 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// lockedLog is a log sink the term's goroutines may write at once.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -366,8 +366,8 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	r.beginTerm(l)
 
 	tasks := &termTasks{ctx: lctx}
-	tasks.start(l.runLoop)          // first: every other task sends the term's loop messages
-	tasks.start(l.leaseKeeper.keep) // renewal and watchdog, from the lease's Acquire on
+	tasks.start(l.runLoop)     // first: every other task sends the term's loop messages
+	tasks.start(l.keeper.keep) // renewal and watchdog, from the lease's Acquire on
 	tasks.start(func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
@@ -455,7 +455,7 @@ func (r *Replica) endTerm(ctx context.Context, l *leaderSession, reason string, 
 		// one more snapshot, of the view this replica projected, written
 		// while it still leads (a leader task like the others, so before
 		// the release) and bounded by what is left of the lease.
-		l.finalSnapshot(ctx, snapLast, l.leaseKeeper.lastRenewal())
+		l.finalSnapshot(ctx, snapLast, l.keeper.lastRenewal())
 	}
 	if reason == reasonStepDown || ctx.Err() != nil {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AppendTimeout)

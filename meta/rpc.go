@@ -201,7 +201,8 @@ func (s *rpcServer) answerQueued(qs ...chan *nats.Msg) {
 
 // handle answers one request of RPC name: decoded by its row (a request
 // that does not decode, or an RPC without a row, is a bad_request), then
-// served. It never panics on input.
+// served; a worker's request refused as another incarnation's is logged.
+// It never panics on input.
 func (s *rpcServer) handle(ctx context.Context, name string, data []byte) client.Reply {
 	r, ok := s.rows[name]
 	if !ok {
@@ -211,7 +212,9 @@ func (s *rpcServer) handle(ctx context.Context, name string, data []byte) client
 	if err != nil {
 		return decide.BadRequest(err)
 	}
-	return r.serve(ctx, req)
+	rep := r.serve(ctx, req)
+	s.logForbidden(name, req, rep)
+	return rep
 }
 
 // respond sends rep, naming the term and the leader, if m asks for a reply.
@@ -235,9 +238,14 @@ func unavailable(err error) client.Reply {
 	return client.Reply{Error: &client.RPCError{Code: code, Message: err.Error()}}
 }
 
-// logForbidden logs a request refused because another incarnation
-// registered the worker.
-func (l *leaderSession) logForbidden(rpc string, ref client.WorkerRef) {
-	l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
+// logForbidden logs a worker's request refused because another
+// incarnation registered the worker (a reply forbidden to a request that
+// names a registration); other requests are not logged.
+func (s *rpcServer) logForbidden(rpc string, req any, rep client.Reply) {
+	ref, isRef := req.(client.WorkerRef)
+	if !isRef || rep.Error == nil || rep.Error.Code != client.CodeForbidden {
+		return
+	}
+	s.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
 		Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
 }

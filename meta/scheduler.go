@@ -258,7 +258,7 @@ func (l *leaderSession) runExec(ctx context.Context, x sched.Exec) sched.Result 
 	// pause past its lease sends no config change (the store's fence
 	// refuses it only once it has folded the new term.started). Not sent,
 	// so an error, not an unknown outcome.
-	if err := l.leaseFresh(); err != nil {
+	if err := l.keeper.leaseFresh(); err != nil {
 		return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
 	}
 	timeout := max(x.Deadline.Sub(l.r.cfg.Clock.Now()), time.Second)
