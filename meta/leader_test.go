@@ -204,7 +204,7 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	advance(clk, 6*time.Second, l)
 	l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"})
 	advance(clk, 5*time.Second, l) // a: 11 s without heartbeat; b: 5 s
-	if err := l.expireOnce(ctx); err != nil {
+	if err := l.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l.r.proj.View()); got != "[2]" {
@@ -220,14 +220,14 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	if err := l2.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l2.expireOnce(ctx); err != nil {
+	if err := l2.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l2.r.proj.View()); got != "[2]" {
 		t.Fatalf("new leader expired without a full timeout: %s", got)
 	}
 	advance(clk, 11*time.Second, l2)
-	if err := l2.expireOnce(ctx); err != nil {
+	if err := l2.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l2.r.proj.View()); got != "[]" {
@@ -247,11 +247,11 @@ func TestStaleDecisionIsFenced(t *testing.T) {
 	}
 	a := old.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
 	advance(clk, 11*time.Second, old)
-	old.collectExpired(old.r.proj.View()) // first look sets deadlines
+	old.duties.workers.collectExpired(old.r.proj.View()) // first look sets deadlines
 	advance(clk, 11*time.Second, old)
 
 	err := old.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		expired := old.collectExpired(v)
+		expired := old.duties.workers.collectExpired(v)
 		if len(expired) != 1 {
 			t.Fatalf("collected %v", expired)
 		}
@@ -324,7 +324,7 @@ func TestImpersonationRefused(t *testing.T) {
 		advance(clk, time.Second, l)
 		l.call(t, client.RPCHeartbeat, forged)
 	}
-	if err := l.expireOnce(ctx); err != nil {
+	if err := l.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l.r.proj.View()); got != "[]" {
@@ -370,7 +370,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the connection to notice", func() bool { return !nc.IsConnected() })
 	tail, _ := log.Tail(ctx)
 	advance(clk, 11*time.Second, l)
-	if err := l.expireOnce(ctx); err != nil {
+	if err := l.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatalf("expiry while disconnected: %v", err)
 	}
 	rep := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "b", Endpoint: "127.0.0.1:7002"})
@@ -448,7 +448,7 @@ func checkFreshTimeoutAfterOutage(t *testing.T, l *testLeader, clk *clock.Manual
 	} {
 		advance(clk, step.d, l)
 		since += step.d
-		if err := l.expireOnce(ctx); err != nil {
+		if err := l.duties.workers.expireOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := workerList(l.r.proj.View()); got != step.want {

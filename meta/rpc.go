@@ -48,18 +48,20 @@ func memoryRow[Req any](decode func([]byte) (Req, error), serve func(Req) client
 // leaderRPCs is the leader's RPC table: a row for each RPC name of
 // internal/wire (TestRPCTableIsTheWire checks that), so adding an RPC is
 // one row here and a name there.
+// The rows call the duties of l's started term.
 func leaderRPCs(l *leaderSession) map[string]rpcRow {
+	w, st, lg, lose := l.duties.workers, l.duties.stores, l.logger, l.lose
 	return map[string]rpcRow{
-		wire.RPCRegister:       row(client.DecodeRegister, l.register),
-		wire.RPCActivate:       row(client.DecodeWorkerRef, l.activate),
-		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, l.heartbeat),
-		wire.RPCDeregister:     row(client.DecodeWorkerRef, l.deregister),
-		wire.RPCStepDown:       row(decodeStepDown, func(context.Context, struct{}) client.Reply { return stepDown(l.logger, l.lose) }),
-		wire.RPCStoreRegister:  row(client.DecodeStoreRegister, l.storeRegister),
-		wire.RPCStoreHeartbeat: row(client.DecodeStoreHeartbeat, l.storeHeartbeat),
-		wire.RPCStoreDrain:     row(client.DecodeDrain, l.storeDrain),
-		wire.RPCStoreSelfDrain: row(client.DecodeSelfDrain, l.storeSelfDrain),
-		wire.RPCShardRecover:   row(client.DecodeRecover, l.shardRecover),
+		wire.RPCRegister:       row(client.DecodeRegister, w.register),
+		wire.RPCActivate:       row(client.DecodeWorkerRef, w.activate),
+		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, w.heartbeat),
+		wire.RPCDeregister:     row(client.DecodeWorkerRef, w.deregister),
+		wire.RPCStepDown:       row(decodeStepDown, func(context.Context, struct{}) client.Reply { return stepDown(lg, lose) }),
+		wire.RPCStoreRegister:  row(client.DecodeStoreRegister, st.storeRegister),
+		wire.RPCStoreHeartbeat: row(client.DecodeStoreHeartbeat, st.storeHeartbeat),
+		wire.RPCStoreDrain:     row(client.DecodeDrain, st.storeDrain),
+		wire.RPCStoreSelfDrain: row(client.DecodeSelfDrain, st.storeSelfDrain),
+		wire.RPCShardRecover:   row(client.DecodeRecover, l.duties.shards.shardRecover),
 	}
 }
 
