@@ -23,10 +23,11 @@ var ErrNotLeader = errors.New("not the leader")
 // connection is down.
 var ErrDisconnected = errors.New("NATS connection down")
 
-// leaderSession is one term of leadership: plumbing between the term's
-// tasks, the pure decisions (package decide, package sched) and the parts
-// that hold mutable state. Everything in it lives and dies with ctx;
-// Replica.lead joins every goroutine before it returns.
+// leaderSession is one term of leadership: its lifetime (start, fence,
+// end) and the parts that hold its mutable state. What the term does is
+// its duties (termDuties), made once the term started. Everything in it
+// lives and dies with ctx; Replica.lead joins every goroutine before it
+// returns.
 //
 // Who owns what (each piece of mutable state has one owner):
 //   - loop (termLoop, term.go): one goroutine owns the term's mutable state:
@@ -38,7 +39,8 @@ var ErrDisconnected = errors.New("NATS connection down")
 //     session asks it before acting (keeper.mayAppend, keeper.leaseFresh).
 //
 // The term's RPCs are served by an rpcServer (rpc.go) over the table of
-// leaderRPCs. The other fields never change after newLeaderSession.
+// leaderRPCs, whose rows are the duties' methods. The other fields never
+// change after newLeaderSession (duties: after startTerm).
 type leaderSession struct {
 	r      *Replica
 	ctx    context.Context // the term's: done when the term ends
@@ -217,7 +219,7 @@ type workerDuty struct {
 // the decision's reply once its events are stored (a new registration's
 // epoch is the seq its event is stored at; the worker renewed when the
 // decision asks for that), or unavailable when they could not be.
-func (wd *workerDuty) decideRequest(ctx context.Context, rpc string, ref client.WorkerRef, f func(v *projections.State) decide.Decision) client.Reply {
+func (wd *workerDuty) decideRequest(ctx context.Context, f func(v *projections.State) decide.Decision) client.Reply {
 	var d decide.Decision
 	seen, err := wd.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		d = f(v)
@@ -237,7 +239,7 @@ func (wd *workerDuty) decideRequest(ctx context.Context, rpc string, ref client.
 }
 
 func (wd *workerDuty) register(ctx context.Context, req client.RegisterRequest) client.Reply {
-	return wd.decideRequest(ctx, client.RPCRegister, client.WorkerRef{Incarnation: req.Incarnation}, func(v *projections.State) decide.Decision {
+	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision {
 		return decide.Register(v, req)
 	})
 }
@@ -250,13 +252,13 @@ func (wd *workerDuty) grantTimeout(id, epoch uint64) {
 }
 
 func (wd *workerDuty) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
-	return wd.decideRequest(ctx, client.RPCActivate, ref, func(v *projections.State) decide.Decision { return decide.Activate(v, ref) })
+	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision { return decide.Activate(v, ref) })
 }
 
 // deregister is idempotent: a registration already gone is a success, but
 // one registered by another incarnation is refused.
 func (wd *workerDuty) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
-	return wd.decideRequest(ctx, client.RPCDeregister, ref, func(v *projections.State) decide.Decision { return decide.Deregister(v, ref) })
+	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision { return decide.Deregister(v, ref) })
 }
 
 func (wd *workerDuty) heartbeat(ref client.WorkerRef) client.Reply {
