@@ -272,7 +272,7 @@ func (wd *workerDuty) heartbeat(ref client.WorkerRef) client.Reply {
 	wd.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
 	c, now := connState(wd.cfg.NC), wd.cfg.Clock.Now()
 	var rep client.Reply
-	if !wd.loop.do(context.Background(), func() { rep, _ = wd.live.beat(w, found, ref, c, now) }) {
+	if !wd.loop.do(context.Background(), func() { rep = wd.live.beat(w, found, ref, c, now) }) {
 		return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
 	}
 	return rep

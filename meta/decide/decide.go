@@ -40,9 +40,6 @@ type Decision struct {
 	// stored at (a new registration's epoch), which the shell learns once
 	// it is stored: the seq the decision saw, its own event included.
 	EpochAtSeq bool
-	// Forbidden is set when the request was refused because another
-	// incarnation registered the worker (the shell logs it).
-	Forbidden bool
 }
 
 // Reregister is the reply telling a worker its registration is gone.
@@ -110,7 +107,7 @@ func Register(v *projections.State, req client.RegisterRequest) Decision {
 // for any other registration. A worker answered ok is renewed.
 func Activate(v *projections.State, ref client.WorkerRef) Decision {
 	if rep := owned(v, ref); rep != nil {
-		return Decision{Reply: *rep, Forbidden: rep.Error.Code == client.CodeForbidden}
+		return Decision{Reply: *rep}
 	}
 	d := Decision{Reply: ok(ref.ID, ref.Epoch), Renew: true}
 	if w, _ := v.Worker(ref.ID); w.State != projections.WorkerRunning {
@@ -127,7 +124,7 @@ func Deregister(v *projections.State, ref client.WorkerRef) Decision {
 		if rep.Error.Code == client.CodeReregister {
 			return Decision{Reply: ok(ref.ID, ref.Epoch)} // gone already
 		}
-		return Decision{Reply: *rep, Forbidden: true}
+		return Decision{Reply: *rep}
 	}
 	return Decision{Reply: ok(ref.ID, ref.Epoch), Events: []events.Payload{events.WorkerDeregistered{ID: ref.ID, Epoch: ref.Epoch}}}
 }
@@ -153,14 +150,14 @@ func Renewed(epoch uint64, now time.Time, cfg Config) Deadline {
 // register again, and the expired deadline stays for the expiry to act on.
 // Otherwise the registration is renewed: the shell sets Renewed(ref.Epoch,
 // now, cfg).
-func Heartbeat(w projections.Worker, found bool, ref client.WorkerRef, d Deadline, has bool, now time.Time) (rep client.Reply, renew, forbidden bool) {
+func Heartbeat(w projections.Worker, found bool, ref client.WorkerRef, d Deadline, has bool, now time.Time) (rep client.Reply, renew bool) {
 	if r := Owned(w, found, ref); r != nil {
-		return *r, false, r.Error.Code == client.CodeForbidden
+		return *r, false
 	}
 	if has && d.Epoch == ref.Epoch && now.After(d.At) {
-		return Reregister(ref), false, false
+		return Reregister(ref), false
 	}
-	return ok(ref.ID, ref.Epoch), true, false
+	return ok(ref.ID, ref.Epoch), true
 }
 
 // Conn is the leader's NATS connection as the shell saw it.
@@ -348,14 +345,14 @@ func (lv *Liveness) Renew(id, epoch uint64, now time.Time, cfg Config) {
 // Beat decides and applies a heartbeat of ref at now: hearing first (a
 // deadline that passed during an outage is fresh again), then Heartbeat on
 // the projected worker w (found: whether the view has ref.ID).
-func (lv *Liveness) Beat(w projections.Worker, found bool, ref client.WorkerRef, c Conn, now time.Time, cfg Config) (rep client.Reply, forbidden bool, h Hearing) {
+func (lv *Liveness) Beat(w projections.Worker, found bool, ref client.WorkerRef, c Conn, now time.Time, cfg Config) (rep client.Reply, h Hearing) {
 	h = lv.Hear(c, now, cfg)
 	d, has := lv.Deadlines[ref.ID]
-	rep, renew, forbidden := Heartbeat(w, found, ref, d, has, now)
+	rep, renew := Heartbeat(w, found, ref, d, has, now)
 	if renew {
 		lv.Renew(ref.ID, ref.Epoch, now, cfg)
 	}
-	return rep, forbidden, h
+	return rep, h
 }
 
 // Expire decides an expiry tick on v at now (Hear, then Expire), applies
