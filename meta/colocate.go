@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rs/zerolog"
 	"github.com/termlog/termlog/internal/wire"
 )
 
@@ -19,6 +20,13 @@ const (
 	colocateCooldown = 5 * time.Second
 )
 
+// colocateDuty keeps the lease's Raft leader beside the event stream's
+// (colocateLoop).
+type colocateDuty struct {
+	cfg    *Config
+	logger zerolog.Logger
+}
+
 // colocateLoop keeps the lease bucket's Raft leader on the NATS node that
 // leads the event stream, while the term lasts. On a replicated cluster
 // the two are separate Raft groups: apart, losing either leader's node
@@ -28,8 +36,8 @@ const (
 // leader to step down in favour of the event stream's leader (a planned
 // handover: a renewal meanwhile is asked again, see renew); the stream's
 // own leader is never moved, so appends never pause for it.
-func (l *leaderSession) colocateLoop(ctx context.Context) {
-	nc := l.r.cfg.NC
+func (cd *colocateDuty) colocateLoop(ctx context.Context) {
+	nc := cd.cfg.NC
 	if nc == nil {
 		return
 	}
@@ -37,7 +45,7 @@ func (l *leaderSession) colocateLoop(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	events, lease := wire.Stream(l.r.cfg.Cluster), "KV_"+wire.LeaseBucket(l.r.cfg.Cluster)
+	events, lease := wire.Stream(cd.cfg.Cluster), "KV_"+wire.LeaseBucket(cd.cfg.Cluster)
 	single := false // the stream has one replica: nothing to keep together
 	leaderOf := func(name string) (string, bool) {
 		actx, cancel := context.WithTimeout(ctx, colocateEvery)
@@ -61,7 +69,7 @@ func (l *leaderSession) colocateLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.r.cfg.Clock.After(wait):
+		case <-cd.cfg.Clock.After(wait):
 		}
 		wait = colocateEvery
 		evL, ok1 := leaderOf(events)
@@ -74,9 +82,9 @@ func (l *leaderSession) colocateLoop(ctx context.Context) {
 		}
 		req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": evL}})
 		_, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+lease, req)
-		ev := l.logger.Info()
+		ev := cd.logger.Info()
 		if err != nil {
-			ev = l.logger.Warn().Err(err)
+			ev = cd.logger.Warn().Err(err)
 		}
 		ev.Str("stream_leader", evL).Str("lease_leader", leL).Msg(fmt.Sprintf("moving the lease bucket's Raft leader to %s, the event stream's (one election, not two, when a NATS node is lost)", evL))
 		wait = colocateCooldown

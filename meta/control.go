@@ -12,8 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // ControlConn is one control-stream connection to a worker.
@@ -124,7 +126,7 @@ const controlDebounce = 20 * time.Millisecond
 // controller is the state of one term's control loop; only the loop's
 // goroutine touches it.
 type controller struct {
-	l        *leaderSession
+	rd       *recoveryDuty
 	barrier  uint64
 	sessions map[string]*session // by endpoint
 	round    uint64
@@ -136,6 +138,18 @@ type controller struct {
 	wg      sync.WaitGroup
 }
 
+// recoveryDuty is the term's control sessions and its initial barrier
+// recovery (controlLoop).
+type recoveryDuty struct {
+	cfg       *Config
+	proj      *view.Projector
+	loop      *termLoop // owns recov
+	recov     *recoveryState
+	term      uint64
+	recovered func() // tells the replica the recovery is complete
+	logger    zerolog.Logger
+}
+
 // controlLoop keeps at most one control session per endpoint, matching the
 // projected workers, and runs the initial barrier recovery of this term.
 //
@@ -145,21 +159,21 @@ type controller struct {
 // plus work only for the workers whose session must change. A session's
 // ack or end is handled on its own, without a reconcile (an end schedules
 // one, to reconnect). Status (recovery) sorts on demand.
-func (l *leaderSession) controlLoop(ctx context.Context) {
-	cfg := &l.r.cfg
-	c := &controller{l: l, barrier: l.term, sessions: map[string]*session{}, evc: make(chan sessionEvent, 1024)}
+func (rd *recoveryDuty) controlLoop(ctx context.Context) {
+	cfg := rd.cfg
+	c := &controller{rd: rd, barrier: rd.term, sessions: map[string]*session{}, evc: make(chan sessionEvent, 1024)}
 	defer func() {
 		for _, s := range c.sessions {
 			s.conn.Close()
 		}
 		c.wg.Wait()
 	}()
-	start := Recovery{Term: l.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
-	if !l.loop.do(ctx, func() { l.recov.rec, l.recov.waiting = start, map[uint64]struct{}{} }) {
+	start := Recovery{Term: rd.term, State: RecoveryRecovering, Barrier: c.barrier, StartedAt: cfg.Clock.Now(), Sessions: map[string]uint64{}}
+	if !rd.loop.do(ctx, func() { rd.recov.rec, rd.recov.waiting = start, map[uint64]struct{}{} }) {
 		return
 	}
 
-	changed := l.r.proj.Changed()
+	changed := rd.proj.Changed()
 	c.reconcile(ctx)
 	var due <-chan time.Time // a reconcile is scheduled
 	schedule := func() {
@@ -173,7 +187,7 @@ func (l *leaderSession) controlLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
-			changed = l.r.proj.Changed()
+			changed = rd.proj.Changed()
 			schedule()
 		case ev := <-c.evc:
 			if c.event(ev) {
@@ -211,7 +225,7 @@ func (c *controller) reconcile(ctx context.Context) {
 		if ctx.Err() != nil {
 			continue
 		}
-		s := c.l.openSession(ctx, w, &c.wg, c.evc)
+		s := c.rd.openSession(ctx, w, &c.wg, c.evc)
 		if s == nil {
 			continue
 		}
@@ -222,14 +236,14 @@ func (c *controller) reconcile(ctx context.Context) {
 			s.closed = true
 		}
 	}
-	c.l.loop.do(ctx, func() { c.record(gone, opened, waiting) })
+	c.rd.loop.do(ctx, func() { c.record(gone, opened, waiting) })
 }
 
 // match looks at the projection: the active workers without a matching
 // session (to open), and those with an unacked one (waiting). The sessions
 // that match are marked with this round.
 func (c *controller) match() (open []projections.Worker, waiting []uint64) {
-	c.l.r.proj.Peek(func(v *projections.State) {
+	c.rd.proj.Peek(func(v *projections.State) {
 		c.seq, c.workers = v.Seq, len(v.Endpoints)
 		for ep, id := range v.Endpoints {
 			w := v.Workers[id]
@@ -251,7 +265,7 @@ func (c *controller) match() (open []projections.Worker, waiting []uint64) {
 
 // record writes a reconcile's outcome into the recovery, on the term's loop.
 func (c *controller) record(gone []string, opened []*session, waiting []uint64) {
-	rs := &c.l.recov
+	rs := c.rd.recov
 	rs.rec.Rounds++
 	rs.rec.Attempts += len(opened)
 	for _, ep := range gone {
@@ -271,16 +285,16 @@ func (c *controller) record(gone []string, opened []*session, waiting []uint64) 
 // projection at c.seq: the waiting set holds every worker active at c.seq
 // that has not acked. On the term's loop.
 func (c *controller) complete() {
-	l := c.l
-	if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
+	rd := c.rd
+	if rd.recov.rec.State != RecoveryRecovering || len(rd.recov.waiting) > 0 {
 		return
 	}
-	l.recov.rec.State = RecoveryComplete
-	l.recov.rec.Seq = c.seq
-	l.recov.rec.CompletedAt = l.r.cfg.Clock.Now()
-	l.recov.rec.Took = l.recov.rec.CompletedAt.Sub(l.recov.rec.StartedAt)
-	l.logger.Info().Int("workers", c.workers).Dur("took", l.recov.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
-	l.r.onTerm(l.term, l.lease, TermRecovered, "")
+	rd.recov.rec.State = RecoveryComplete
+	rd.recov.rec.Seq = c.seq
+	rd.recov.rec.CompletedAt = rd.cfg.Clock.Now()
+	rd.recov.rec.Took = rd.recov.rec.CompletedAt.Sub(rd.recov.rec.StartedAt)
+	rd.logger.Info().Int("workers", c.workers).Dur("took", rd.recov.rec.Took).Uint64("seq", c.seq).Msg("initial barrier recovery complete")
+	rd.recovered()
 }
 
 // event handles a session's ack or end; it reports whether a reconcile is
@@ -291,13 +305,13 @@ func (c *controller) complete() {
 // still at the seq of the last reconcile: a worker that joined since then
 // has no session yet and is in no waiting set, so the reconcile decides.
 func (c *controller) event(ev sessionEvent) bool {
-	l := c.l
+	rd := c.rd
 	if c.sessions[ev.s.endpoint] != ev.s {
 		return false // an old session
 	}
 	if ev.barrier == 0 {
 		ev.s.closed = true
-		l.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Msg("control stream closed; reconnecting")
+		rd.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Msg("control stream closed; reconnecting")
 		return true
 	}
 	if ev.s.acked || ev.s.closed {
@@ -307,18 +321,18 @@ func (c *controller) event(ev sessionEvent) bool {
 		// An ack counts for the barrier it names only: this term's. A
 		// worker that acks another one (a confused or hostile peer) has
 		// not collected ours, and stays waiting.
-		l.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Uint64("acked", ev.barrier).
+		rd.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Uint64("acked", ev.barrier).
 			Uint64("barrier", c.barrier).Msg("control ack names another barrier; ignored")
 		return false
 	}
 	ev.s.acked = true
 	again := false
-	l.loop.do(context.Background(), func() {
-		delete(l.recov.waiting, ev.s.id)
-		if l.recov.rec.State != RecoveryRecovering || len(l.recov.waiting) > 0 {
+	rd.loop.do(context.Background(), func() {
+		delete(rd.recov.waiting, ev.s.id)
+		if rd.recov.rec.State != RecoveryRecovering || len(rd.recov.waiting) > 0 {
 			return
 		}
-		if l.r.proj.Seq() != c.seq {
+		if rd.proj.Seq() != c.seq {
 			again = true
 			return
 		}
@@ -328,24 +342,24 @@ func (c *controller) event(ev sessionEvent) bool {
 }
 
 // openSession dials the worker, says hello and starts the session's reader.
-func (l *leaderSession) openSession(ctx context.Context, w projections.Worker, wg *sync.WaitGroup, evc chan<- sessionEvent) *session {
+func (rd *recoveryDuty) openSession(ctx context.Context, w projections.Worker, wg *sync.WaitGroup, evc chan<- sessionEvent) *session {
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
-	conn, err := l.r.cfg.ControlDialer(dctx, w.Endpoint)
-	if err == nil && l.r.cfg.ControlTLS != nil {
-		conn, err = clientTLS(dctx, conn, l.r.cfg.ControlTLS, w.Endpoint)
+	conn, err := rd.cfg.ControlDialer(dctx, w.Endpoint)
+	if err == nil && rd.cfg.ControlTLS != nil {
+		conn, err = clientTLS(dctx, conn, rd.cfg.ControlTLS, w.Endpoint)
 	}
 	cancel()
 	if err != nil {
-		l.logger.Debug().Err(err).Str("endpoint", w.Endpoint).Uint64("worker_id", w.ID).Msg("control stream dial failed")
+		rd.logger.Debug().Err(err).Str("endpoint", w.Endpoint).Uint64("worker_id", w.ID).Msg("control stream dial failed")
 		return nil
 	}
-	hello := client.ControlMsg{Type: client.MsgHello, Worker: w.ID, Epoch: w.Epoch, Term: l.term, Leader: l.r.cfg.ID}
+	hello := client.ControlMsg{Type: client.MsgHello, Worker: w.ID, Epoch: w.Epoch, Term: rd.term, Leader: rd.cfg.ID}
 	if err := client.WriteControl(conn, hello); err != nil {
 		conn.Close()
 		return nil
 	}
 	s := &session{endpoint: w.Endpoint, id: w.ID, epoch: w.Epoch, conn: conn}
-	l.logger.Info().Str("endpoint", w.Endpoint).Uint64("worker_id", w.ID).Uint64("epoch", w.Epoch).Msg("control stream opened")
+	rd.logger.Info().Str("endpoint", w.Endpoint).Uint64("worker_id", w.ID).Uint64("epoch", w.Epoch).Msg("control stream opened")
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -368,7 +382,7 @@ func (l *leaderSession) openSession(ctx context.Context, w projections.Worker, w
 			}
 		}
 		if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-			l.logger.Debug().Err(err).Str("endpoint", s.endpoint).Msg("control stream read")
+			rd.logger.Debug().Err(err).Str("endpoint", s.endpoint).Msg("control stream read")
 		}
 		send(sessionEvent{s: s})
 	}()

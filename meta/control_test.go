@@ -96,11 +96,11 @@ func TestControlLoopReactsToChangedWorkers(t *testing.T) {
 	ep := func(i int) string { return fmt.Sprintf("10.0.0.%d:7000", i) }
 	refs := map[int]client.Reply{}
 	for i := range n {
-		refs[i] = tl.register(ctxT(t), client.RegisterRequest{Incarnation: fmt.Sprint("w", i), Endpoint: ep(i)})
+		refs[i] = tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: fmt.Sprint("w", i), Endpoint: ep(i)})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var loop sync.WaitGroup
-	loop.Go(func() { tl.controlLoop(ctx) })
+	loop.Go(func() { tl.duties.recovery.controlLoop(ctx) })
 	defer func() { cancel(); loop.Wait() }()
 
 	advancing(t, clk, "initial recovery", func() bool {
@@ -108,8 +108,8 @@ func TestControlLoopReactsToChangedWorkers(t *testing.T) {
 		return r.State == RecoveryComplete && len(r.Sessions) == n && len(r.Waiting) == 0
 	})
 	// Replace worker 0 at its endpoint, remove worker 1.
-	b := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "w0-again", Endpoint: ep(0)})
-	if rep := tl.deregister(ctxT(t), client.WorkerRef{ID: refs[1].ID, Epoch: refs[1].Epoch, Incarnation: "w1"}); rep.Error != nil {
+	b := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "w0-again", Endpoint: ep(0)})
+	if rep := tl.duties.workers.deregister(ctxT(t), client.WorkerRef{ID: refs[1].ID, Epoch: refs[1].Epoch, Incarnation: "w1"}); rep.Error != nil {
 		t.Fatal(rep.Error)
 	}
 	advancing(t, clk, "the replacement's session and the removal", func() bool {
@@ -147,17 +147,17 @@ func TestRecoveryWaitsForWorkerJoinedMeanwhile(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	a := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: epA})
+	a := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: epA})
 	if a.Error != nil {
 		t.Fatal(a.Error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var loop sync.WaitGroup
-	loop.Go(func() { tl.controlLoop(ctx) })
+	loop.Go(func() { tl.duties.recovery.controlLoop(ctx) })
 	defer func() { cancel(); loop.Wait() }()
 	testkit.Eventually(t, 10*time.Second, "a's session", func() bool { return tl.recovery().Sessions[epA] == a.ID })
 
-	b := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
+	b := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
 	if b.Error != nil {
 		t.Fatal(b.Error)
 	}
@@ -203,18 +203,18 @@ func TestRecoveryCompletesWithoutWorkerLeftMeanwhile(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	a := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: epA})
-	b := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
+	a := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: epA})
+	b := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "b", Endpoint: epB})
 	if a.Error != nil || b.Error != nil {
 		t.Fatal(a.Error, b.Error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var loop sync.WaitGroup
-	loop.Go(func() { tl.controlLoop(ctx) })
+	loop.Go(func() { tl.duties.recovery.controlLoop(ctx) })
 	defer func() { cancel(); loop.Wait() }()
 	testkit.Eventually(t, 10*time.Second, "both sessions", func() bool { return len(tl.recovery().Sessions) == 2 })
 
-	if rep := tl.deregister(ctxT(t), client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"}); rep.Error != nil {
+	if rep := tl.duties.workers.deregister(ctxT(t), client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"}); rep.Error != nil {
 		t.Fatal(rep.Error)
 	}
 	seq := tl.r.proj.Seq()
@@ -236,7 +236,7 @@ func TestRecoveryCompletesWithoutWorkerLeftMeanwhile(t *testing.T) {
 func TestControlAckMustNameTheBarrier(t *testing.T) {
 	clk := clock.NewManual(t0)
 	tl := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1)
-	c := &controller{l: tl.leaderSession, barrier: 5, sessions: map[string]*session{}}
+	c := &controller{rd: newDuties(tl.leaderSession).recovery, barrier: 5, sessions: map[string]*session{}}
 	s := &session{endpoint: "10.0.0.1:7000", id: 1, epoch: 2}
 	c.sessions[s.endpoint] = s
 	tl.loop.do(ctxT(t), func() {

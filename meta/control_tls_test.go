@@ -86,14 +86,14 @@ func TestControlStreamTLS(t *testing.T) {
 					t.Errorf("agent: %v", err)
 				}
 			})
-			rep := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "w1", Endpoint: agent.Addr()})
+			rep := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "w1", Endpoint: agent.Addr()})
 			if rep.Error != nil {
 				t.Fatal(rep.Error)
 			}
 			mu.Lock()
 			me = client.WorkerRef{ID: rep.ID, Epoch: rep.Epoch, Incarnation: "w1"}
 			mu.Unlock()
-			wg.Go(func() { tl.controlLoop(ctx) })
+			wg.Go(func() { tl.duties.recovery.controlLoop(ctx) })
 
 			if tc.failed == nil {
 				advancing(t, clk, "the barrier acked over the control stream", func() bool {

@@ -122,7 +122,7 @@ func newLeaderCommitter(l *leaderSession) *committer {
 		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
 		appendTimeout: min(cfg.AppendTimeout, resendAfter), maxAttempts: appendAttemptsFor(cfg.AppendTimeout),
 		logger:    l.logger,
-		mayAppend: l.mayAppend, fenced: l.onFenced, lose: l.lose, loop: l.loop,
+		mayAppend: l.keeper.mayAppend, fenced: l.onFenced, lose: l.lose, loop: l.loop,
 		sends: make(chan *flight, maxFlights+1), settles: make(chan *flight, maxFlights+1),
 		minPipelined: minPipelined,
 	}

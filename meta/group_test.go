@@ -111,7 +111,7 @@ func registerGroup(t *testing.T, tl *testLeader, reqs []client.RegisterRequest) 
 	replies := make([]client.Reply, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
-		wg.Go(func() { replies[i] = tl.register(ctxT(t), req) })
+		wg.Go(func() { replies[i] = tl.duties.workers.register(ctxT(t), req) })
 		queued(t, tl.leaderSession, i+1) // submission order = reqs order
 	}
 	tl.commit.release()
@@ -206,7 +206,7 @@ func TestGroupFencedMidwayFailsTheRest(t *testing.T) {
 	}
 	// A later mutation of the deposed term is refused without an append.
 	n := len(log.appendSizes())
-	if rep := tl.register(ctx, client.RegisterRequest{Incarnation: "e", Endpoint: "10.0.0.5:1"}); rep.Error == nil || rep.Error.Code != client.CodeNotLeader {
+	if rep := tl.duties.workers.register(ctx, client.RegisterRequest{Incarnation: "e", Endpoint: "10.0.0.5:1"}); rep.Error == nil || rep.Error.Code != client.CodeNotLeader {
 		t.Fatalf("register after the fence: %+v", rep)
 	}
 	if got := len(log.appendSizes()); got != n {
@@ -235,7 +235,7 @@ func TestGroupFencedByNewTermStoresNothing(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
-			if rep := old.register(ctx, client.RegisterRequest{Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.0.%d:1", i+1)}); rep.Error != nil {
+			if rep := old.duties.workers.register(ctx, client.RegisterRequest{Incarnation: fmt.Sprint(i), Endpoint: fmt.Sprintf("10.0.0.%d:1", i+1)}); rep.Error != nil {
 				errs[i] = errors.New(rep.Error.Message)
 			}
 		})
@@ -425,17 +425,17 @@ func TestGroupOutcomeUnknownResentBeforeDecidingAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"}
-	if rep := tl.register(ctx, a); rep.Error == nil || rep.Error.Code != client.CodeUnavailable {
+	if rep := tl.duties.workers.register(ctx, a); rep.Error == nil || rep.Error.Code != client.CodeUnavailable {
 		t.Fatalf("register a, outcome unknown: %+v, want an unavailable error", rep)
 	}
-	if rep := tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}); rep.Error != nil || rep.ID != 2 || rep.Epoch != 3 {
+	if rep := tl.duties.workers.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}); rep.Error != nil || rep.ID != 2 || rep.Epoch != 3 {
 		t.Fatalf("register b after a's unknown outcome: %+v, want id 2 epoch 3", rep)
 	}
 	if n := tl.r.Fenced(); n != 0 {
 		t.Fatalf("%d appends fenced, want 0", n)
 	}
 	// a's registration landed: its retry finds it.
-	if rep := tl.register(ctx, a); rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
+	if rep := tl.duties.workers.register(ctx, a); rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
 		t.Fatalf("register a again: %+v, want id 1 epoch 2", rep)
 	}
 	v := tl.r.proj.View()
@@ -466,7 +466,9 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 		a, b   client.Reply
 		badErr error
 	)
-	wg.Go(func() { a = tl.register(ctx, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"}) })
+	wg.Go(func() {
+		a = tl.duties.workers.register(ctx, client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
+	})
 	queued(t, tl.leaderSession, 1)
 	wg.Go(func() {
 		badErr = tl.mutate(ctx, "", func(*projections.State) ([]events.Payload, error) {
@@ -475,7 +477,9 @@ func TestGroupOwnEventRefusedByFoldFails(t *testing.T) {
 		})
 	})
 	queued(t, tl.leaderSession, 2)
-	wg.Go(func() { b = tl.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"}) })
+	wg.Go(func() {
+		b = tl.duties.workers.register(ctx, client.RegisterRequest{Incarnation: "b", Endpoint: "10.0.0.2:1"})
+	})
 	queued(t, tl.leaderSession, 3)
 	tl.commit.release()
 	wg.Wait()
@@ -663,7 +667,7 @@ func TestUnansweredAppendResentAfterOneAttempt(t *testing.T) {
 	if err := tl.startTerm(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	rep := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
+	rep := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
 	if rep.Error != nil || rep.ID != 1 || rep.Epoch != 2 {
 		t.Fatalf("register: %+v, want id 1 epoch 2", rep)
 	}

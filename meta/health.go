@@ -9,9 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/rs/zerolog"
 	"github.com/termlog/termlog/internal/wire"
 	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // HealthKey is the key of the health record in the health bucket.
@@ -172,24 +174,36 @@ func (h *HealthKV) Get(ctx context.Context) (HealthRecord, error) {
 // so that its age tells a reader the leader is alive.
 const healthEvery = time.Second
 
+// healthDuty publishes the term's health record (healthLoop).
+type healthDuty struct {
+	cfg        *Config
+	proj       *view.Projector
+	started    time.Time // when the replica was made
+	term       uint64
+	health     func() sched.Health // the last scheduling decision's
+	recovery   func() Recovery
+	leaseFresh func() error // the lease keeper's check
+	logger     zerolog.Logger
+}
+
 // healthLoop publishes the leader's health record whenever it changes, and
 // at least every healthEvery, while the term lasts.
-func (l *leaderSession) healthLoop(ctx context.Context) {
-	kv := l.r.cfg.Health
+func (hd *healthDuty) healthLoop(ctx context.Context) {
+	kv := hd.cfg.Health
 	if kv == nil {
 		return
 	}
 	var last []byte
 	var lastAt time.Time
-	tick := min(l.r.cfg.Scheduler.Interval, healthEvery)
+	tick := min(hd.cfg.Scheduler.Interval, healthEvery)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.r.cfg.Clock.After(tick):
+		case <-hd.cfg.Clock.After(tick):
 		}
-		rec := l.healthRecord()
-		if rec.Health.Term != l.term {
+		rec := hd.healthRecord()
+		if rec.Health.Term != hd.term {
 			// No scheduling decision of this term yet: a record now would
 			// say nothing of this leader's shards (0 of N), so none is
 			// written (the previous term's says whose it is).
@@ -204,11 +218,11 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 			norm.Health.Stores[i].LastHeartbeat = time.Time{}
 		}
 		key, _ := json.Marshal(norm)
-		now := l.r.cfg.Clock.Now()
+		now := hd.cfg.Clock.Now()
 		if string(key) == string(last) && now.Sub(lastAt) < healthEvery {
 			continue
 		}
-		if err := l.leaseFresh(); err != nil {
+		if err := hd.leaseFresh(); err != nil {
 			return // a paused leader publishes nothing; leaseFresh ended the term
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -220,12 +234,12 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 			// loop only stops; it does not end the term itself, so a record
 			// left by a stream that was deleted and made again cannot make
 			// every leader give up.
-			l.logger.Warn().Err(err).Msg("a newer term's health record is in the bucket; this term publishes no more health")
+			hd.logger.Warn().Err(err).Msg("a newer term's health record is in the bucket; this term publishes no more health")
 			return
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				l.logger.Warn().Err(err).Msg("publish health")
+				hd.logger.Warn().Err(err).Msg("publish health")
 			}
 			continue
 		}
@@ -233,10 +247,10 @@ func (l *leaderSession) healthLoop(ctx context.Context) {
 	}
 }
 
-func (l *leaderSession) healthRecord() HealthRecord {
-	h := l.health()
-	rec := HealthRecord{Leader: l.r.cfg.ID, LeaderStarted: l.r.started, Term: l.term, At: l.r.cfg.Clock.Now(), Health: h, Recovery: l.recovery()}
-	l.r.proj.Peek(func(v *projections.State) {
+func (hd *healthDuty) healthRecord() HealthRecord {
+	h := hd.health()
+	rec := HealthRecord{Leader: hd.cfg.ID, LeaderStarted: hd.started, Term: hd.term, At: hd.cfg.Clock.Now(), Health: h, Recovery: hd.recovery()}
+	hd.proj.Peek(func(v *projections.State) {
 		rec.Seq = v.Seq
 		rec.Workers = len(v.Workers)
 		for _, w := range v.Workers {

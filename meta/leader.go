@@ -7,10 +7,13 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nats-io/nats.go"
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/decide"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
+	"sync/atomic"
 )
 
 // ErrNotLeader is returned by leader actions after leadership was lost.
@@ -20,10 +23,11 @@ var ErrNotLeader = errors.New("not the leader")
 // connection is down.
 var ErrDisconnected = errors.New("NATS connection down")
 
-// leaderSession is one term of leadership: plumbing between the term's
-// tasks, the pure decisions (package decide, package sched) and the parts
-// that hold mutable state. Everything in it lives and dies with ctx;
-// Replica.lead joins every goroutine before it returns.
+// leaderSession is one term of leadership: its lifetime (start, fence,
+// end) and the parts that hold its mutable state. What the term does is
+// its duties (termDuties), made once the term started. Everything in it
+// lives and dies with ctx; Replica.lead joins every goroutine before it
+// returns.
 //
 // Who owns what (each piece of mutable state has one owner):
 //   - loop (termLoop, term.go): one goroutine owns the term's mutable state:
@@ -32,10 +36,11 @@ var ErrDisconnected = errors.New("NATS connection down")
 //     stores' reports and the last health (sched). Handlers and timers send
 //     it functions to run and wait for them; none of them takes a lock.
 //   - leaseKeeper: the lease's renewal and its age (leasekeeper.go); the
-//     session asks it before acting (mayAppend, leaseFresh).
+//     session asks it before acting (keeper.mayAppend, keeper.leaseFresh).
 //
 // The term's RPCs are served by an rpcServer (rpc.go) over the table of
-// leaderRPCs. The other fields never change after newLeaderSession.
+// leaderRPCs, whose rows are the duties' methods. The other fields never
+// change after newLeaderSession (duties: after startTerm).
 type leaderSession struct {
 	r      *Replica
 	ctx    context.Context // the term's: done when the term ends
@@ -49,8 +54,40 @@ type leaderSession struct {
 	live   *liveness
 	recov  recoveryState
 	sched  *schedState
-	// Embedded: l.mayAppend and l.leaseFresh are the keeper's checks.
-	*leaseKeeper
+	keeper *leaseKeeper // the lease: keeper.mayAppend and keeper.leaseFresh are its checks
+	duties *termDuties  // made by startTerm once the term started
+}
+
+// termDuties are what a term does once it started, each a small type
+// holding the few parts of the term it needs: the RPC table's rows and
+// Replica.startDuties's tasks are their methods.
+type termDuties struct {
+	workers   *workerDuty   // worker RPCs and expiry (leader.go)
+	stores    *storeDuty    // store RPCs and the scheduler (scheduler.go)
+	recovery  *recoveryDuty // control sessions, barrier recovery (control.go)
+	health    *healthDuty   // the health record (health.go)
+	snapshots *snapshotDuty // snapshots (snapshot.go)
+	colocate  *colocateDuty // the lease's Raft leader beside the stream's (colocate.go)
+	shards    *shardDuty    // shard.recover (recover.go)
+}
+
+// newDuties makes l's duties once its term is chosen (they log with it).
+func newDuties(l *leaderSession) *termDuties {
+	r, cfg := l.r, &l.r.cfg
+	stores := &storeDuty{cfg: cfg, proj: r.proj, commit: l.commit, loop: l.loop, sched: l.sched, term: l.term,
+		leaseFresh: l.keeper.leaseFresh, logger: l.logger}
+	term, lease := l.term, l.lease
+	return &termDuties{
+		workers: &workerDuty{cfg: cfg, proj: r.proj, commit: l.commit, loop: l.loop, live: l.live, heartbeats: &r.heartbeats, logger: l.logger},
+		stores:  stores,
+		recovery: &recoveryDuty{cfg: cfg, proj: r.proj, loop: l.loop, recov: &l.recov, term: term, logger: l.logger,
+			recovered: func() { r.onTerm(term, lease, TermRecovered, "") }},
+		health: &healthDuty{cfg: cfg, proj: r.proj, started: r.started, term: term, health: l.health, recovery: l.recovery,
+			leaseFresh: l.keeper.leaseFresh, logger: l.logger},
+		snapshots: &snapshotDuty{cfg: cfg, proj: r.proj, term: term, logger: l.logger},
+		colocate:  &colocateDuty{cfg: cfg, logger: l.logger},
+		shards:    &shardDuty{proj: r.proj, commit: l.commit, exec: stores.exec, health: r.HealthReport, logger: l.logger},
+	}
 }
 
 // newLeaderSession starts a session under the lease taken at revision
@@ -62,11 +99,11 @@ func (r *Replica) newLeaderSession(ctx context.Context, lease uint64, lose func(
 		sched:  newSchedState(),
 		loop:   newTermLoop(),
 	}
-	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, l.conn(), func(workers int) {
+	l.live = newLiveness(decide.Config{WorkerTimeout: r.cfg.WorkerTimeout}, connState(r.cfg.NC), func(workers int) {
 		l.logger.Info().Int("workers", workers).Dur("timeout", r.cfg.WorkerTimeout).
 			Msg("NATS connection is back: every worker gets a fresh full timeout")
 	})
-	l.leaseKeeper = newLeaseKeeper(r, l.logger, lose) // the lease was just taken
+	l.keeper = newLeaseKeeper(r, l.logger, lose) // the lease was just taken
 	l.commit = newLeaderCommitter(l)
 	return l
 }
@@ -120,6 +157,7 @@ func (l *leaderSession) startTerm(ctx context.Context) error {
 		})
 		if err == nil {
 			l.logger.Info().Uint64("seq", l.r.proj.Seq()).Msg("term started")
+			l.duties = newDuties(l)
 			return nil
 		}
 		if !errors.Is(err, events.ErrFenced) || attempt >= 5 {
@@ -156,107 +194,110 @@ func (l *leaderSession) onFenced(ctx context.Context, err error) {
 	}
 }
 
-// conn is the leader's NATS connection as it is now, for the decisions.
-func (l *leaderSession) conn() decide.Conn {
-	nc := l.r.cfg.NC
+// connState is the leader's NATS connection nc as it is now, for the
+// decisions.
+func connState(nc *nats.Conn) decide.Conn {
 	if nc == nil {
 		return decide.Conn{None: true}
 	}
 	return decide.Conn{Connected: nc.IsConnected(), Reconnects: nc.Stats().Reconnects}
 }
 
+// workerDuty is the term's worker registrations and liveness: the worker
+// RPCs (register, activate, deregister, heartbeat) and the expiry.
+type workerDuty struct {
+	cfg        *Config
+	proj       *view.Projector
+	commit     *committer
+	loop       *termLoop // owns live
+	live       *liveness
+	heartbeats *atomic.Uint64 // the replica's count
+	logger     zerolog.Logger
+}
+
 // decideRequest submits a request's pure decision and answers as it says:
 // the decision's reply once its events are stored (a new registration's
 // epoch is the seq its event is stored at; the worker renewed when the
 // decision asks for that), or unavailable when they could not be.
-func (l *leaderSession) decideRequest(ctx context.Context, rpc string, ref client.WorkerRef, f func(v *projections.State) decide.Decision) client.Reply {
+func (wd *workerDuty) decideRequest(ctx context.Context, f func(v *projections.State) decide.Decision) client.Reply {
 	var d decide.Decision
-	seen, err := l.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+	seen, err := wd.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 		d = f(v)
 		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	if d.Forbidden {
-		l.logForbidden(rpc, ref)
-	}
 	if d.EpochAtSeq {
 		d.Reply.Epoch = seen
-		l.logger.Info().Uint64("worker_id", d.Reply.ID).Uint64("epoch", d.Reply.Epoch).Msg("worker registered")
+		wd.logger.Info().Uint64("worker_id", d.Reply.ID).Uint64("epoch", d.Reply.Epoch).Msg("worker registered")
 	}
 	if d.Renew {
-		l.grantTimeout(d.Reply.ID, d.Reply.Epoch)
+		wd.grantTimeout(d.Reply.ID, d.Reply.Epoch)
 	}
 	return d.Reply
 }
 
-func (l *leaderSession) register(ctx context.Context, req client.RegisterRequest) client.Reply {
-	return l.decideRequest(ctx, client.RPCRegister, client.WorkerRef{Incarnation: req.Incarnation}, func(v *projections.State) decide.Decision {
+func (wd *workerDuty) register(ctx context.Context, req client.RegisterRequest) client.Reply {
+	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision {
 		return decide.Register(v, req)
 	})
 }
 
 // grantTimeout grants registration (id, epoch) a fresh full timeout from
 // now, on the term's loop.
-func (l *leaderSession) grantTimeout(id, epoch uint64) {
-	now := l.r.cfg.Clock.Now()
-	l.loop.do(context.Background(), func() { l.live.renew(id, epoch, now) })
+func (wd *workerDuty) grantTimeout(id, epoch uint64) {
+	now := wd.cfg.Clock.Now()
+	wd.loop.do(context.Background(), func() { wd.live.renew(id, epoch, now) })
 }
 
-func (l *leaderSession) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
-	return l.decideRequest(ctx, client.RPCActivate, ref, func(v *projections.State) decide.Decision { return decide.Activate(v, ref) })
+func (wd *workerDuty) activate(ctx context.Context, ref client.WorkerRef) client.Reply {
+	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision { return decide.Activate(v, ref) })
 }
 
 // deregister is idempotent: a registration already gone is a success, but
 // one registered by another incarnation is refused.
-func (l *leaderSession) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
-	return l.decideRequest(ctx, client.RPCDeregister, ref, func(v *projections.State) decide.Decision { return decide.Deregister(v, ref) })
+func (wd *workerDuty) deregister(ctx context.Context, ref client.WorkerRef) client.Reply {
+	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision { return decide.Deregister(v, ref) })
 }
 
-func (l *leaderSession) heartbeat(ref client.WorkerRef) client.Reply {
-	l.r.heartbeats.Add(1)
+func (wd *workerDuty) heartbeat(ref client.WorkerRef) client.Reply {
+	wd.heartbeats.Add(1)
 	var (
 		w     projections.Worker
 		found bool
 	)
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.
-	l.r.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
-	c, now := l.conn(), l.r.cfg.Clock.Now()
-	var (
-		rep       client.Reply
-		forbidden bool
-	)
-	if !l.loop.do(context.Background(), func() { rep, forbidden = l.live.beat(w, found, ref, c, now) }) {
+	wd.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
+	c, now := connState(wd.cfg.NC), wd.cfg.Clock.Now()
+	var rep client.Reply
+	if !wd.loop.do(context.Background(), func() { rep = wd.live.beat(w, found, ref, c, now) }) {
 		return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
-	}
-	if forbidden {
-		l.logForbidden(client.RPCHeartbeat, ref)
 	}
 	return rep
 }
 
 // expiryLoop expires workers whose heartbeat deadline passed: one fenced
 // append per tick, by id and epoch.
-func (l *leaderSession) expiryLoop(ctx context.Context) {
-	cfg := &l.r.cfg
+func (wd *workerDuty) expiryLoop(ctx context.Context) {
+	cfg := wd.cfg
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-cfg.Clock.After(cfg.ExpiryInterval):
 		}
-		if err := l.expireOnce(ctx); err != nil && ctx.Err() == nil {
-			l.logger.Warn().Err(err).Msg("expiry")
+		if err := wd.expireOnce(ctx); err != nil && ctx.Err() == nil {
+			wd.logger.Warn().Err(err).Msg("expiry")
 		}
 	}
 }
 
-func (l *leaderSession) expireOnce(ctx context.Context) error {
+func (wd *workerDuty) expireOnce(ctx context.Context) error {
 	var expired []events.Payload
-	err := l.mutate(ctx, FPExpiryAfterCollect, func(v *projections.State) ([]events.Payload, error) {
-		expired = l.collectExpired(v)
+	_, err := wd.commit.Submit(ctx, FPExpiryAfterCollect, func(v *projections.State) ([]events.Payload, error) {
+		expired = wd.collectExpired(v)
 		return expired, nil
 	})
 	if err != nil {
@@ -264,7 +305,7 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 	}
 	for _, p := range expired {
 		e := p.(events.WorkerExpired)
-		l.logger.Info().Uint64("worker_id", e.ID).Uint64("epoch", e.Epoch).Msg("worker expired")
+		wd.logger.Info().Uint64("worker_id", e.ID).Uint64("epoch", e.Epoch).Msg("worker expired")
 	}
 	return nil
 }
@@ -272,6 +313,6 @@ func (l *leaderSession) expireOnce(ctx context.Context) error {
 // collectExpired decides an expiry tick on v: the view, the deadlines, the
 // connection and now in, the worker.expired events to append out. It runs
 // in a decision, so on the term's loop, which owns the deadlines.
-func (l *leaderSession) collectExpired(v *projections.State) []events.Payload {
-	return l.live.expire(v, l.conn(), l.r.cfg.Clock.Now())
+func (wd *workerDuty) collectExpired(v *projections.State) []events.Payload {
+	return wd.live.expire(v, connState(wd.cfg.NC), wd.cfg.Clock.Now())
 }

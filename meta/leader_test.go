@@ -204,7 +204,7 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	advance(clk, 6*time.Second, l)
 	l.call(t, client.RPCHeartbeat, client.WorkerRef{ID: b.ID, Epoch: b.Epoch, Incarnation: "b"})
 	advance(clk, 5*time.Second, l) // a: 11 s without heartbeat; b: 5 s
-	if err := l.expireOnce(ctx); err != nil {
+	if err := l.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l.r.proj.View()); got != "[2]" {
@@ -220,14 +220,14 @@ func TestExpiryByIDAndEpochWithFreshTimeoutForNewLeader(t *testing.T) {
 	if err := l2.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l2.expireOnce(ctx); err != nil {
+	if err := l2.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l2.r.proj.View()); got != "[2]" {
 		t.Fatalf("new leader expired without a full timeout: %s", got)
 	}
 	advance(clk, 11*time.Second, l2)
-	if err := l2.expireOnce(ctx); err != nil {
+	if err := l2.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l2.r.proj.View()); got != "[]" {
@@ -247,11 +247,11 @@ func TestStaleDecisionIsFenced(t *testing.T) {
 	}
 	a := old.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "a", Endpoint: "127.0.0.1:7001"})
 	advance(clk, 11*time.Second, old)
-	old.collectExpired(old.r.proj.View()) // first look sets deadlines
+	old.duties.workers.collectExpired(old.r.proj.View()) // first look sets deadlines
 	advance(clk, 11*time.Second, old)
 
 	err := old.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		expired := old.collectExpired(v)
+		expired := old.duties.workers.collectExpired(v)
 		if len(expired) != 1 {
 			t.Fatalf("collected %v", expired)
 		}
@@ -289,7 +289,8 @@ func workerList(v *projections.State) string {
 func TestImpersonationRefused(t *testing.T) {
 	clk := clock.NewManual(t0)
 	ctx := ctxT(t)
-	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1)
+	var logs lockedLog
+	l := newTestLeader(t, "meta-1", events.NewMemLog(), clk, 1, func(c *Config) { c.Logger = zerolog.New(&logs) })
 	if err := l.startTerm(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -303,6 +304,11 @@ func TestImpersonationRefused(t *testing.T) {
 		rep := l.call(t, rpc, forged)
 		if rep.Error == nil || rep.Error.Code != client.CodeForbidden || !errors.Is(rep.Error, client.ErrForbidden) {
 			t.Fatalf("forged %s: %+v, want %s", rpc, rep, client.CodeForbidden)
+		}
+		// The RPC server logs each refusal, naming the RPC and the claim.
+		want := fmt.Sprintf(`"rpc":%q,"worker_id":%d,"epoch":%d,"claimed_incarnation":"mallory","message":"refused: the registration belongs to another incarnation"`, rpc, a.ID, a.Epoch)
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("forged %s: no refusal logged; want %s in:\n%s", rpc, want, logs.String())
 		}
 	}
 	v := l.r.proj.View()
@@ -318,7 +324,7 @@ func TestImpersonationRefused(t *testing.T) {
 		advance(clk, time.Second, l)
 		l.call(t, client.RPCHeartbeat, forged)
 	}
-	if err := l.expireOnce(ctx); err != nil {
+	if err := l.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := workerList(l.r.proj.View()); got != "[]" {
@@ -364,7 +370,7 @@ func TestOutageStopsLeaderActions(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "the connection to notice", func() bool { return !nc.IsConnected() })
 	tail, _ := log.Tail(ctx)
 	advance(clk, 11*time.Second, l)
-	if err := l.expireOnce(ctx); err != nil {
+	if err := l.duties.workers.expireOnce(ctx); err != nil {
 		t.Fatalf("expiry while disconnected: %v", err)
 	}
 	rep := l.call(t, client.RPCRegister, client.RegisterRequest{Incarnation: "b", Endpoint: "127.0.0.1:7002"})
@@ -442,7 +448,7 @@ func checkFreshTimeoutAfterOutage(t *testing.T, l *testLeader, clk *clock.Manual
 	} {
 		advance(clk, step.d, l)
 		since += step.d
-		if err := l.expireOnce(ctx); err != nil {
+		if err := l.duties.workers.expireOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := workerList(l.r.proj.View()); got != step.want {
@@ -523,7 +529,7 @@ func TestDeposedHolderCannotStartATerm(t *testing.T) {
 func advance(clk *clock.Manual, d time.Duration, ls ...*testLeader) {
 	clk.Advance(d)
 	for _, l := range ls {
-		l.leaseKeeper.renewed.Store(clk.Now())
+		l.keeper.renewed.Store(clk.Now())
 	}
 }
 
@@ -694,4 +700,22 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// lockedLog is a log sink the term's goroutines may write at once.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

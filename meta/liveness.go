@@ -33,10 +33,10 @@ func (lv *liveness) heard(h decide.Hearing) {
 func (lv *liveness) renew(id, epoch uint64, now time.Time) { lv.mem.Renew(id, epoch, now, lv.cfg) }
 
 // beat decides and applies a heartbeat of ref at now (decide.Liveness.Beat).
-func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef, c decide.Conn, now time.Time) (rep client.Reply, forbidden bool) {
-	rep, forbidden, h := lv.mem.Beat(w, found, ref, c, now, lv.cfg)
+func (lv *liveness) beat(w projections.Worker, found bool, ref client.WorkerRef, c decide.Conn, now time.Time) client.Reply {
+	rep, h := lv.mem.Beat(w, found, ref, c, now, lv.cfg)
 	lv.heard(h)
-	return rep, forbidden
+	return rep
 }
 
 // expire decides an expiry tick on v at now (decide.Liveness.Expire) and

@@ -131,7 +131,7 @@ func pipelining(tl *testLeader) *testLeader {
 // returned channel.
 func registerAsync(t *testing.T, tl *testLeader, req client.RegisterRequest) <-chan client.Reply {
 	ch := make(chan client.Reply, 1)
-	tl.wg.Go(func() { ch <- tl.register(ctxT(t), req) })
+	tl.wg.Go(func() { ch <- tl.duties.workers.register(ctxT(t), req) })
 	return ch
 }
 
@@ -306,7 +306,7 @@ func TestPipelinedGroupLostAckRetriedOnce(t *testing.T) {
 		}
 		// The retry did not discard anything: the next group is decided on
 		// the scratch state, which is the projection.
-		if rep := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "c", Endpoint: "10.0.0.3:1"}); rep.Error != nil || rep.ID != 3 {
+		if rep := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "c", Endpoint: "10.0.0.3:1"}); rep.Error != nil || rep.ID != 3 {
 			t.Fatalf("next register: %+v", rep)
 		}
 		v := tl.r.proj.View()
@@ -349,7 +349,7 @@ func TestPipelinedGroupRefusedFailsLaterGroups(t *testing.T) {
 		default:
 		}
 		// Still the leader: the next decision is made on the log as it is.
-		rep := tl.register(ctxT(t), client.RegisterRequest{Incarnation: "c", Endpoint: "10.0.0.3:1"})
+		rep := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "c", Endpoint: "10.0.0.3:1"})
 		if rep.Error != nil || rep.ID != 1 {
 			t.Fatalf("register after the refused groups: %+v, want id 1", rep)
 		}

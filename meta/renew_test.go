@@ -64,8 +64,8 @@ func TestRenewalAskedAgainWithinTheLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() { l.renewLoop(ctx) })
-	wg.Go(func() { l.watchdog(ctx) })
+	wg.Go(func() { l.keeper.renewLoop(ctx) })
+	wg.Go(func() { l.keeper.watchdog(ctx) })
 
 	var lostAt time.Time
 	var why string
@@ -118,7 +118,7 @@ func TestRenewalLostIsNotAskedAgain(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); l.renewLoop(ctx) }()
+	go func() { defer close(done); l.keeper.renewLoop(ctx) }()
 	defer func() { cancel(); <-done }()
 	testkit.Eventually(t, 5*time.Second, "the renewal loop waiting", func() bool { return clk.Waiters() >= 1 })
 	clk.Advance(time.Second)
@@ -166,7 +166,7 @@ func TestWatchdogEndsTermWhileRenewalHangs(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); l.leaseKeeper.keep(ctx) }()
+	go func() { defer close(done); l.keeper.keep(ctx) }()
 	defer func() { cancel(); close(hl.release); <-done }()
 
 	limit := t0.Add(lease * 2 / 3) // the renewal taken at t0 is the last stored one
@@ -201,7 +201,7 @@ func TestWatchdogEndsTermWhileRenewalHangs(t *testing.T) {
 	if !strings.Contains(why, "no lease renewal for") {
 		t.Fatalf("the term ended for %q, want the watchdog's reason", why)
 	}
-	if err := l.leaseFresh(); !errors.Is(err, ErrLeaseLost) {
+	if err := l.keeper.leaseFresh(); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("leaseFresh after the limit: %v, want ErrLeaseLost", err)
 	}
 	t.Logf("term ended at +%s: %s", lostAt.Sub(t0), why)

@@ -366,8 +366,8 @@ func (r *Replica) lead(ctx context.Context, lease uint64) (uint64, string) {
 	r.beginTerm(l)
 
 	tasks := &termTasks{ctx: lctx}
-	tasks.start(l.runLoop)          // first: every other task sends the term's loop messages
-	tasks.start(l.leaseKeeper.keep) // renewal and watchdog, from the lease's Acquire on
+	tasks.start(l.runLoop)     // first: every other task sends the term's loop messages
+	tasks.start(l.keeper.keep) // renewal and watchdog, from the lease's Acquire on
 	tasks.start(func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
@@ -435,13 +435,14 @@ func (r *Replica) startDuties(l *leaderSession, tasks *termTasks) (bool, *uint64
 		return false, &snapLast
 	}
 	r.onTerm(l.term, l.lease, TermStarted, "")
+	d := l.duties
 	tasks.start(newRPCServer(l).serve)
-	tasks.start(l.expiryLoop)
-	tasks.start(l.controlLoop)
-	tasks.start(l.scheduleLoop)
-	tasks.start(l.healthLoop)
-	tasks.start(func(ctx context.Context) { snapLast = l.snapshotLoop(ctx) })
-	tasks.start(l.colocateLoop)
+	tasks.start(d.workers.expiryLoop)
+	tasks.start(d.recovery.controlLoop)
+	tasks.start(d.stores.scheduleLoop)
+	tasks.start(d.health.healthLoop)
+	tasks.start(func(ctx context.Context) { snapLast = d.snapshots.snapshotLoop(ctx) })
+	tasks.start(d.colocate.colocateLoop)
 	return true, &snapLast
 }
 
@@ -455,7 +456,7 @@ func (r *Replica) endTerm(ctx context.Context, l *leaderSession, reason string, 
 		// one more snapshot, of the view this replica projected, written
 		// while it still leads (a leader task like the others, so before
 		// the release) and bounded by what is left of the lease.
-		l.finalSnapshot(ctx, snapLast, l.leaseKeeper.lastRenewal())
+		l.duties.snapshots.finalSnapshot(ctx, snapLast, l.keeper.lastRenewal())
 	}
 	if reason == reasonStepDown || ctx.Err() != nil {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AppendTimeout)

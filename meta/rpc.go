@@ -48,18 +48,20 @@ func memoryRow[Req any](decode func([]byte) (Req, error), serve func(Req) client
 // leaderRPCs is the leader's RPC table: a row for each RPC name of
 // internal/wire (TestRPCTableIsTheWire checks that), so adding an RPC is
 // one row here and a name there.
+// The rows call the duties of l's started term.
 func leaderRPCs(l *leaderSession) map[string]rpcRow {
+	w, st, lg, lose := l.duties.workers, l.duties.stores, l.logger, l.lose
 	return map[string]rpcRow{
-		wire.RPCRegister:       row(client.DecodeRegister, l.register),
-		wire.RPCActivate:       row(client.DecodeWorkerRef, l.activate),
-		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, l.heartbeat),
-		wire.RPCDeregister:     row(client.DecodeWorkerRef, l.deregister),
-		wire.RPCStepDown:       row(decodeStepDown, func(context.Context, struct{}) client.Reply { return stepDown(l.logger, l.lose) }),
-		wire.RPCStoreRegister:  row(client.DecodeStoreRegister, l.storeRegister),
-		wire.RPCStoreHeartbeat: row(client.DecodeStoreHeartbeat, l.storeHeartbeat),
-		wire.RPCStoreDrain:     row(client.DecodeDrain, l.storeDrain),
-		wire.RPCStoreSelfDrain: row(client.DecodeSelfDrain, l.storeSelfDrain),
-		wire.RPCShardRecover:   row(client.DecodeRecover, l.shardRecover),
+		wire.RPCRegister:       row(client.DecodeRegister, w.register),
+		wire.RPCActivate:       row(client.DecodeWorkerRef, w.activate),
+		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, w.heartbeat),
+		wire.RPCDeregister:     row(client.DecodeWorkerRef, w.deregister),
+		wire.RPCStepDown:       row(decodeStepDown, func(context.Context, struct{}) client.Reply { return stepDown(lg, lose) }),
+		wire.RPCStoreRegister:  row(client.DecodeStoreRegister, st.storeRegister),
+		wire.RPCStoreHeartbeat: row(client.DecodeStoreHeartbeat, st.storeHeartbeat),
+		wire.RPCStoreDrain:     row(client.DecodeDrain, st.storeDrain),
+		wire.RPCStoreSelfDrain: row(client.DecodeSelfDrain, st.storeSelfDrain),
+		wire.RPCShardRecover:   row(client.DecodeRecover, l.duties.shards.shardRecover),
 	}
 }
 
@@ -201,7 +203,8 @@ func (s *rpcServer) answerQueued(qs ...chan *nats.Msg) {
 
 // handle answers one request of RPC name: decoded by its row (a request
 // that does not decode, or an RPC without a row, is a bad_request), then
-// served. It never panics on input.
+// served; a worker's request refused as another incarnation's is logged.
+// It never panics on input.
 func (s *rpcServer) handle(ctx context.Context, name string, data []byte) client.Reply {
 	r, ok := s.rows[name]
 	if !ok {
@@ -211,7 +214,9 @@ func (s *rpcServer) handle(ctx context.Context, name string, data []byte) client
 	if err != nil {
 		return decide.BadRequest(err)
 	}
-	return r.serve(ctx, req)
+	rep := r.serve(ctx, req)
+	s.logForbidden(name, req, rep)
+	return rep
 }
 
 // respond sends rep, naming the term and the leader, if m asks for a reply.
@@ -235,9 +240,14 @@ func unavailable(err error) client.Reply {
 	return client.Reply{Error: &client.RPCError{Code: code, Message: err.Error()}}
 }
 
-// logForbidden logs a request refused because another incarnation
-// registered the worker.
-func (l *leaderSession) logForbidden(rpc string, ref client.WorkerRef) {
-	l.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
+// logForbidden logs a worker's request refused because another
+// incarnation registered the worker (a reply forbidden to a request that
+// names a registration); other requests are not logged.
+func (s *rpcServer) logForbidden(rpc string, req any, rep client.Reply) {
+	ref, isRef := req.(client.WorkerRef)
+	if !isRef || rep.Error == nil || rep.Error.Code != client.CodeForbidden {
+		return
+	}
+	s.logger.Warn().Str("rpc", rpc).Uint64("worker_id", ref.ID).Uint64("epoch", ref.Epoch).
 		Str("claimed_incarnation", ref.Incarnation).Msg("refused: the registration belongs to another incarnation")
 }

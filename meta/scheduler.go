@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/meta/decide"
 	"github.com/termlog/termlog/meta/sched"
 	"github.com/termlog/termlog/projections"
+	"github.com/termlog/termlog/view"
 )
 
 // SchedulerConfig configures the shard scheduler. Zero values take defaults;
@@ -65,9 +67,22 @@ func newSchedState() *schedState {
 	return &schedState{reports: map[string]sched.Report{}}
 }
 
+// storeDuty is the term's stores and shards: the store RPCs, the
+// scheduler's loop (the shell of sched.Decide) and the execs it sends.
+type storeDuty struct {
+	cfg        *Config
+	proj       *view.Projector
+	commit     *committer
+	loop       *termLoop // owns sched
+	sched      *schedState
+	term       uint64
+	leaseFresh func() error // the lease keeper's check
+	logger     zerolog.Logger
+}
+
 // report records a store's report, on the term's loop.
-func (l *leaderSession) report(store string, r sched.Report) {
-	l.loop.do(context.Background(), func() { l.sched.reports[store] = r })
+func (sd *storeDuty) report(store string, r sched.Report) {
+	sd.loop.do(context.Background(), func() { sd.sched.reports[store] = r })
 }
 
 // health is the last scheduling decision's health, read on the term's loop.
@@ -77,40 +92,40 @@ func (l *leaderSession) health() sched.Health {
 	return h
 }
 
-// storeRegister handles store.register (decide.StoreRegister).
-func (l *leaderSession) storeRegister(ctx context.Context, req client.StoreRegisterRequest) client.Reply {
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		return decide.StoreRegister(v, req), nil
+// storeRegister handles store.register: one decision (decide.StoreRegister),
+// answered once its events are stored, the store's report recorded then.
+func (sd *storeDuty) storeRegister(ctx context.Context, req client.StoreRegisterRequest) client.Reply {
+	var d decide.Decision
+	_, err := sd.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		d = decide.StoreRegister(v, req)
+		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
-	var rep client.Reply
-	var registered bool
-	l.r.proj.Peek(func(v *projections.State) { rep, registered = decide.StoreRegistered(v, req) })
-	if registered {
-		l.report(req.Store, sched.Report{Incarnation: req.Incarnation, Started: req.Started, At: l.r.cfg.Clock.Now()})
+	if d.Renew {
+		sd.report(req.Store, sched.Report{Incarnation: req.Incarnation, Started: req.Started, At: sd.cfg.Clock.Now()})
 	}
-	return rep
+	return d.Reply
 }
 
 // storeHeartbeat handles store.heartbeat: memory only
 // (decide.StoreHeartbeat).
-func (l *leaderSession) storeHeartbeat(_ context.Context, hb client.StoreHeartbeat) client.Reply {
+func (sd *storeDuty) storeHeartbeat(_ context.Context, hb client.StoreHeartbeat) client.Reply {
 	var rep client.Reply
 	var known bool
-	l.r.proj.Peek(func(v *projections.State) { rep, known = decide.StoreHeartbeat(v, hb) })
+	sd.proj.Peek(func(v *projections.State) { rep, known = decide.StoreHeartbeat(v, hb) })
 	if known {
-		l.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, Started: hb.Started, At: l.r.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
+		sd.report(hb.Store, sched.Report{Incarnation: hb.Incarnation, Started: hb.Started, At: sd.cfg.Clock.Now(), Shards: hb.Shards, Skipped: hb.Skipped})
 	}
 	return rep
 }
 
 // storeDrain handles store.drain (decide.StoreDrain).
-func (l *leaderSession) storeDrain(ctx context.Context, req client.DrainRequest) client.Reply {
+func (sd *storeDuty) storeDrain(ctx context.Context, req client.DrainRequest) client.Reply {
 	var d decide.Decision
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		d = decide.StoreDrain(v, req, l.r.cfg.Clock.Now())
+	_, err := sd.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		d = decide.StoreDrain(v, req, sd.cfg.Clock.Now())
 		return d.Events, nil
 	})
 	if err != nil {
@@ -120,17 +135,17 @@ func (l *leaderSession) storeDrain(ctx context.Context, req client.DrainRequest)
 }
 
 // storeSelfDrain handles store.selfdrain (decide.StoreSelfDrain).
-func (l *leaderSession) storeSelfDrain(ctx context.Context, req client.SelfDrainRequest) client.Reply {
+func (sd *storeDuty) storeSelfDrain(ctx context.Context, req client.SelfDrainRequest) client.Reply {
 	var d decide.Decision
-	err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
-		d = decide.StoreSelfDrain(v, req, l.r.cfg.Clock.Now())
+	_, err := sd.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		d = decide.StoreSelfDrain(v, req, sd.cfg.Clock.Now())
 		return d.Events, nil
 	})
 	if err != nil {
 		return unavailable(err)
 	}
 	if d.Reply.Error == nil {
-		l.logger.Info().Str("store", req.Store).Dur("for", time.Duration(req.ForMS)*time.Millisecond).Msg("store drains itself for a planned restart")
+		sd.logger.Info().Str("store", req.Store).Dur("for", time.Duration(req.ForMS)*time.Millisecond).Msg("store drains itself for a planned restart")
 	}
 	return d.Reply
 }
@@ -141,20 +156,20 @@ func (l *leaderSession) storeSelfDrain(ctx context.Context, req client.SelfDrain
 // the events it returns with the fence, and runs the execs it returns once
 // their intents are stored. The loop owns the scheduler's memory; exec
 // goroutines are owned by it and joined before it returns.
-func (l *leaderSession) scheduleLoop(ctx context.Context) {
-	interval := l.r.cfg.Scheduler.Interval
+func (sd *storeDuty) scheduleLoop(ctx context.Context) {
+	interval := sd.cfg.Scheduler.Interval
 	results := make(chan sched.Result)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var mem sched.Memory
 	for {
-		mem = l.schedulePasses(ctx, &wg, mem, results)
+		mem = sd.schedulePasses(ctx, &wg, mem, results)
 		select {
 		case <-ctx.Done():
 			return
 		case r := <-results:
 			mem = mem.WithResult(r)
-		case <-l.r.cfg.Clock.After(interval):
+		case <-sd.cfg.Clock.After(interval):
 		}
 	}
 }
@@ -165,34 +180,34 @@ const maxPasses = 8
 
 // schedulePasses decides, appends and launches execs until a decision
 // appends nothing (or maxPasses). It returns the memory to keep.
-func (l *leaderSession) schedulePasses(ctx context.Context, wg *sync.WaitGroup, mem sched.Memory, results chan<- sched.Result) sched.Memory {
-	cfg := l.r.cfg.Scheduler.decisions()
+func (sd *storeDuty) schedulePasses(ctx context.Context, wg *sync.WaitGroup, mem sched.Memory, results chan<- sched.Result) sched.Memory {
+	cfg := sd.cfg.Scheduler.decisions()
 	for range maxPasses {
 		var out sched.Output
-		now := l.r.cfg.Clock.Now()
-		err := l.mutate(ctx, "", func(v *projections.State) ([]events.Payload, error) {
+		now := sd.cfg.Clock.Now()
+		_, err := sd.commit.Submit(ctx, "", func(v *projections.State) ([]events.Payload, error) {
 			// On the term's loop, which owns the reports: read in place.
-			out = sched.Decide(sched.Input{View: v, Reports: l.sched.reports, Memory: mem, Now: now, Term: l.term, Config: cfg})
+			out = sched.Decide(sched.Input{View: v, Reports: sd.sched.reports, Memory: mem, Now: now, Term: sd.term, Config: cfg})
 			return out.Events, nil
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				l.logger.Warn().Err(err).Msg("schedule: append failed; deciding again")
+				sd.logger.Warn().Err(err).Msg("schedule: append failed; deciding again")
 			}
 			return mem
 		}
 		mem = out.Memory
 		var prev sched.Health
-		l.loop.do(ctx, func() { prev, l.sched.health = l.sched.health, out.Health })
-		l.logLostQuorum(prev, out.Health)
+		sd.loop.do(ctx, func() { prev, sd.sched.health = sd.sched.health, out.Health })
+		sd.logLostQuorum(prev, out.Health)
 		for _, ev := range out.Events {
-			l.logDecision(ev)
+			sd.logDecision(ev)
 		}
 		for _, x := range out.Execs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := l.runExec(ctx, x)
+				r := sd.runExec(ctx, x)
 				select {
 				case results <- r:
 				case <-ctx.Done():
@@ -208,7 +223,7 @@ func (l *leaderSession) schedulePasses(ctx context.Context, wg *sync.WaitGroup, 
 
 // logLostQuorum logs a shard that lost quorum once, when it does (and again
 // for each new leader), with the runbook's command, and its end.
-func (l *leaderSession) logLostQuorum(prev, cur sched.Health) {
+func (sd *storeDuty) logLostQuorum(prev, cur sched.Health) {
 	was := map[uint64]bool{}
 	for _, h := range prev.Shards {
 		was[h.Shard] = h.LostQuorum
@@ -216,77 +231,77 @@ func (l *leaderSession) logLostQuorum(prev, cur sched.Health) {
 	for _, h := range cur.Shards {
 		switch {
 		case h.LostQuorum && !was[h.Shard]:
-			l.logger.Error().Uint64("shard", h.Shard).Int("running", h.Live).Int("members", len(h.Members)).Strs("gone", h.Gone).
+			sd.logger.Error().Uint64("shard", h.Shard).Int("running", h.Live).Int("members", len(h.Members)).Strs("gone", h.Gone).
 				Time("since", h.QuorumShortSince).Str("runbook", h.Runbook).
 				Msg("shard lost quorum: Raft can neither commit nor read; only an operator's recovery rebuilds it")
 		case !h.LostQuorum && was[h.Shard]:
-			l.logger.Info().Uint64("shard", h.Shard).Int("running", h.Live).Msg("shard has a quorum again")
+			sd.logger.Info().Uint64("shard", h.Shard).Int("running", h.Live).Msg("shard has a quorum again")
 		}
 	}
 }
 
-func (l *leaderSession) logDecision(ev events.Payload) {
+func (sd *storeDuty) logDecision(ev events.Payload) {
 	switch d := ev.(type) {
 	case events.OperatorStarted:
-		l.logger.Info().Str("op", d.Op).Uint64("shard", d.Shard).Strs("steps", d.Steps).Msg("operator started")
+		sd.logger.Info().Str("op", d.Op).Uint64("shard", d.Shard).Strs("steps", d.Steps).Msg("operator started")
 	case events.OperatorFinished:
-		l.logger.Info().Str("op", d.Op).Uint64("shard", d.Shard).Msg("operator finished")
+		sd.logger.Info().Str("op", d.Op).Uint64("shard", d.Shard).Msg("operator finished")
 	case events.OperatorFailed:
-		l.logger.Warn().Str("op", d.Op).Uint64("shard", d.Shard).Str("reason", d.Reason).Msg("operator failed")
+		sd.logger.Warn().Str("op", d.Op).Uint64("shard", d.Shard).Str("reason", d.Reason).Msg("operator failed")
 	case events.ShardBlocked:
 		if d.Reason == "" {
-			l.logger.Info().Uint64("shard", d.Shard).Msg("shard no longer blocked")
+			sd.logger.Info().Uint64("shard", d.Shard).Msg("shard no longer blocked")
 		} else {
-			l.logger.Warn().Uint64("shard", d.Shard).Str("reason", d.Reason).Msg("shard blocked: no config change proposed")
+			sd.logger.Warn().Uint64("shard", d.Shard).Str("reason", d.Reason).Msg("shard blocked: no config change proposed")
 		}
 	case events.StoreState:
-		l.logger.Info().Str("store", d.Store).Str("state", d.State).Msg("store state")
+		sd.logger.Info().Str("store", d.Store).Str("state", d.State).Msg("store state")
 	case events.ShardObserved:
-		l.logger.Info().Uint64("shard", d.Shard).Uint64("ccid", d.CCID).Uint64("leader", d.Leader).Msg("shard observed")
+		sd.logger.Info().Uint64("shard", d.Shard).Uint64("ccid", d.CCID).Uint64("leader", d.Leader).Msg("shard observed")
 	}
 }
 
 // runExec sends one exec and returns its result; no reply is an unknown
 // outcome.
-func (l *leaderSession) runExec(ctx context.Context, x sched.Exec) sched.Result {
+func (sd *storeDuty) runExec(ctx context.Context, x sched.Exec) sched.Result {
 	if fp := map[string]string{client.ExecAdd: FPOperatorBeforeAdd, client.ExecRemove: FPOperatorBeforeRemove}[x.Req.Op]; fp != "" {
-		if err := l.r.cfg.Failpoints.Hit(ctx, fp); err != nil {
-			return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
+		if err := sd.cfg.Failpoints.Hit(ctx, fp); err != nil {
+			return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: sd.cfg.Clock.Now()}
 		}
 	}
 	// The same check as before every append: a leader resumed after a
 	// pause past its lease sends no config change (the store's fence
 	// refuses it only once it has folded the new term.started). Not sent,
 	// so an error, not an unknown outcome.
-	if err := l.leaseFresh(); err != nil {
-		return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: l.r.cfg.Clock.Now()}
+	if err := sd.leaseFresh(); err != nil {
+		return sched.Result{Exec: x, Reply: client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}, At: sd.cfg.Clock.Now()}
 	}
-	timeout := max(x.Deadline.Sub(l.r.cfg.Clock.Now()), time.Second)
+	timeout := max(x.Deadline.Sub(sd.cfg.Clock.Now()), time.Second)
 	ectx, cancel := context.WithTimeout(ctx, timeout)
-	rep, err := l.exec(ectx, x.Store, x.Req)
+	rep, err := sd.exec(ectx, x.Store, x.Req)
 	cancel()
 	if err != nil {
 		rep = client.ExecReply{Outcome: client.OutcomeError, Error: err.Error()}
 	}
-	l.logger.Info().Str("exec", x.String()).Str("outcome", rep.Outcome).Uint64("ccid", rep.CCID).Str("error", rep.Error).Msg("config change exec")
+	sd.logger.Info().Str("exec", x.String()).Str("outcome", rep.Outcome).Uint64("ccid", rep.CCID).Str("error", rep.Error).Msg("config change exec")
 	if x.Req.Op != client.ExecMembership {
-		if err := l.r.cfg.Failpoints.Hit(ctx, FPOperatorAfterExec); err != nil {
+		if err := sd.cfg.Failpoints.Hit(ctx, FPOperatorAfterExec); err != nil {
 			rep = client.ExecReply{Outcome: client.OutcomeUnknown, Error: err.Error()}
 		}
 	}
-	return sched.Result{Exec: x, Reply: rep, At: l.r.cfg.Clock.Now()}
+	return sched.Result{Exec: x, Reply: rep, At: sd.cfg.Clock.Now()}
 }
 
 // exec sends one request to a store's executor, bounded by ctx.
-func (l *leaderSession) exec(ctx context.Context, store string, req client.ExecRequest) (client.ExecReply, error) {
-	if l.r.cfg.NC == nil {
+func (sd *storeDuty) exec(ctx context.Context, store string, req client.ExecRequest) (client.ExecReply, error) {
+	if sd.cfg.NC == nil {
 		return client.ExecReply{}, errors.New("no NATS connection for store RPCs")
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		req.TimeoutMS = max(time.Until(dl).Milliseconds()-100, 100)
 	}
 	b, _ := json.Marshal(req)
-	msg, err := l.r.cfg.NC.RequestWithContext(ctx, client.ExecSubject(l.r.cfg.Cluster, store), b)
+	msg, err := sd.cfg.NC.RequestWithContext(ctx, client.ExecSubject(sd.cfg.Cluster, store), b)
 	if err != nil {
 		return client.ExecReply{Outcome: client.OutcomeUnknown, Error: err.Error()}, nil
 	}

@@ -43,7 +43,7 @@ func (tl *testLeader) pass(t *testing.T, mem *sched.Memory) {
 	t.Helper()
 	var wg sync.WaitGroup
 	results := make(chan sched.Result, 16)
-	*mem = tl.schedulePasses(ctxT(t), &wg, *mem, results)
+	*mem = tl.duties.stores.schedulePasses(ctxT(t), &wg, *mem, results)
 	wg.Wait()
 	close(results)
 	for r := range results {
@@ -109,7 +109,7 @@ func TestPausedLeaderSendsNoExec(t *testing.T) {
 	l := schedLeader(t, clk)
 	clk.Advance(3 * time.Second) // SIGSTOP for a lease; no renewal
 	x := sched.Exec{Store: "s1", Req: client.ExecRequest{Op: client.ExecRemove, Shard: 1, Replica: 3}, Deadline: clk.Now().Add(5 * time.Second)}
-	res := l.runExec(ctxT(t), x)
+	res := l.duties.stores.runExec(ctxT(t), x)
 	if res.Reply.Outcome != client.OutcomeError || !strings.Contains(res.Reply.Error, "lease lost") {
 		t.Fatalf("exec after a pause past the lease: %+v, want an error naming the lost lease (nothing sent)", res.Reply)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/view"
 )
@@ -28,6 +29,14 @@ func projectorOptions(cfg Config) []view.ProjectorOption {
 	return []view.ProjectorOption{view.WithSnapshots(cfg.Snapshots)}
 }
 
+// snapshotDuty stores the term's snapshots (snapshotLoop, finalSnapshot).
+type snapshotDuty struct {
+	cfg    *Config
+	proj   *view.Projector
+	term   uint64
+	logger zerolog.Logger
+}
+
 // snapshotLoop stores a snapshot of the replica's own projection every
 // SnapshotEvery events while the term lasts (ctx), and returns the seq of
 // the newest snapshot it knows stored (for finalSnapshot). It is a leader
@@ -38,9 +47,9 @@ func projectorOptions(cfg Config) []view.ProjectorOption {
 // under its lock) and encodes and stores the copy outside it. It only ever
 // writes a state this replica folded from the stream, stamped with the seq,
 // term and hash of that state and the writer's id and term.
-func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
-	cfg := &l.r.cfg
-	if o := l.r.proj.Origin(); o.Snapshot != nil {
+func (sn *snapshotDuty) snapshotLoop(ctx context.Context) (last uint64) {
+	cfg := sn.cfg
+	if o := sn.proj.Origin(); o.Snapshot != nil {
 		last = o.Snapshot.Seq
 	}
 	if cfg.SnapshotEvery <= 0 || cfg.Snapshots == nil {
@@ -49,10 +58,10 @@ func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 	}
 	backoff := snapshotRetryMin
 	for {
-		if err := l.r.proj.AwaitSeq(ctx, last+uint64(cfg.SnapshotEvery)); err != nil {
+		if err := sn.proj.AwaitSeq(ctx, last+uint64(cfg.SnapshotEvery)); err != nil {
 			return last
 		}
-		si, err := l.writeSnapshot(ctx)
+		si, err := sn.writeSnapshot(ctx)
 		if err == nil {
 			last, backoff = si.Seq, snapshotRetryMin
 			continue
@@ -60,7 +69,7 @@ func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 		if ctx.Err() != nil {
 			return last
 		}
-		l.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
+		sn.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("snapshot not stored")
 		select {
 		case <-ctx.Done():
 			return last
@@ -77,42 +86,42 @@ func (l *leaderSession) snapshotLoop(ctx context.Context) (last uint64) {
 // bounded by the lease the term still holds by its own rule (the watchdog's
 // lease*2/3 after the last renewal, renewed at) and by lease/3, so shutdown
 // waits at most that long for it; when nothing is left it is skipped.
-func (l *leaderSession) finalSnapshot(ctx context.Context, last uint64, renewed time.Time) {
-	cfg := &l.r.cfg
-	if cfg.Snapshots == nil || l.r.proj.Seq() <= last {
+func (sn *snapshotDuty) finalSnapshot(ctx context.Context, last uint64, renewed time.Time) {
+	cfg := sn.cfg
+	if cfg.Snapshots == nil || sn.proj.Seq() <= last {
 		return
 	}
 	left := min(cfg.LeaseTTL*2/3-cfg.Clock.Now().Sub(renewed), cfg.LeaseTTL/3)
 	if left <= 0 {
-		l.logger.Warn().Msg("snapshot on shutdown skipped: the lease may have lapsed")
+		sn.logger.Warn().Msg("snapshot on shutdown skipped: the lease may have lapsed")
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), left)
 	defer cancel()
-	if _, err := l.writeSnapshot(fctx); err != nil {
-		l.logger.Warn().Err(err).Msg("snapshot on shutdown not stored")
+	if _, err := sn.writeSnapshot(fctx); err != nil {
+		sn.logger.Warn().Err(err).Msg("snapshot on shutdown not stored")
 	}
 }
 
 // writeSnapshot stores a snapshot of the current view and prunes old ones.
-func (l *leaderSession) writeSnapshot(ctx context.Context) (events.SnapshotInfo, error) {
-	cfg := &l.r.cfg
+func (sn *snapshotDuty) writeSnapshot(ctx context.Context) (events.SnapshotInfo, error) {
+	cfg := sn.cfg
 	start := cfg.Clock.Now()
-	v := l.r.proj.View()
+	v := sn.proj.View()
 	if v.Seq == 0 {
 		return events.SnapshotInfo{}, nil
 	}
 	data, si := v.StoredSnapshot()
-	si.Writer, si.LeaderTerm, si.At = cfg.ID, l.term, start.UTC()
+	si.Writer, si.LeaderTerm, si.At = cfg.ID, sn.term, start.UTC()
 	si, err := cfg.Snapshots.Put(ctx, si, data)
 	if err != nil {
 		return events.SnapshotInfo{}, fmt.Errorf("store snapshot at seq %d: %w", v.Seq, err)
 	}
 	pruned, err := events.PruneSnapshots(ctx, cfg.Snapshots, cfg.SnapshotKeep)
 	if err != nil {
-		l.logger.Warn().Err(err).Msg("old snapshots not pruned")
+		sn.logger.Warn().Err(err).Msg("old snapshots not pruned")
 	}
-	l.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", si.Hash).
+	sn.logger.Info().Str("snapshot", si.Name).Uint64("seq", si.Seq).Uint64("state_term", si.Term).Str("hash", si.Hash).
 		Int("bytes", len(data)).Int("pruned", pruned).Dur("took", cfg.Clock.Now().Sub(start)).Msg("snapshot stored")
 	return si, nil
 }

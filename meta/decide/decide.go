@@ -28,8 +28,10 @@ type Config struct {
 
 // Decision is what a request asks of the leader: append Events (in order,
 // with the fence; none: nothing to append), then answer Reply once they are
-// stored. Every request kind is decided once, in this shape. When Renew is set, the worker (Reply.ID, Reply.Epoch) gets a fresh
-// heartbeat deadline once the events are stored.
+// stored. Every request kind is decided once, in this shape. When Renew is
+// set, the requester's liveness is renewed once the events are stored: a
+// worker's (Reply.ID, Reply.Epoch) gets a fresh heartbeat deadline, a
+// store's report is recorded.
 type Decision struct {
 	Events []events.Payload
 	Reply  client.Reply
@@ -38,9 +40,6 @@ type Decision struct {
 	// stored at (a new registration's epoch), which the shell learns once
 	// it is stored: the seq the decision saw, its own event included.
 	EpochAtSeq bool
-	// Forbidden is set when the request was refused because another
-	// incarnation registered the worker (the shell logs it).
-	Forbidden bool
 }
 
 // Reregister is the reply telling a worker its registration is gone.
@@ -108,7 +107,7 @@ func Register(v *projections.State, req client.RegisterRequest) Decision {
 // for any other registration. A worker answered ok is renewed.
 func Activate(v *projections.State, ref client.WorkerRef) Decision {
 	if rep := owned(v, ref); rep != nil {
-		return Decision{Reply: *rep, Forbidden: rep.Error.Code == client.CodeForbidden}
+		return Decision{Reply: *rep}
 	}
 	d := Decision{Reply: ok(ref.ID, ref.Epoch), Renew: true}
 	if w, _ := v.Worker(ref.ID); w.State != projections.WorkerRunning {
@@ -125,7 +124,7 @@ func Deregister(v *projections.State, ref client.WorkerRef) Decision {
 		if rep.Error.Code == client.CodeReregister {
 			return Decision{Reply: ok(ref.ID, ref.Epoch)} // gone already
 		}
-		return Decision{Reply: *rep, Forbidden: true}
+		return Decision{Reply: *rep}
 	}
 	return Decision{Reply: ok(ref.ID, ref.Epoch), Events: []events.Payload{events.WorkerDeregistered{ID: ref.ID, Epoch: ref.Epoch}}}
 }
@@ -151,14 +150,14 @@ func Renewed(epoch uint64, now time.Time, cfg Config) Deadline {
 // register again, and the expired deadline stays for the expiry to act on.
 // Otherwise the registration is renewed: the shell sets Renewed(ref.Epoch,
 // now, cfg).
-func Heartbeat(w projections.Worker, found bool, ref client.WorkerRef, d Deadline, has bool, now time.Time) (rep client.Reply, renew, forbidden bool) {
+func Heartbeat(w projections.Worker, found bool, ref client.WorkerRef, d Deadline, has bool, now time.Time) (rep client.Reply, renew bool) {
 	if r := Owned(w, found, ref); r != nil {
-		return *r, false, r.Error.Code == client.CodeForbidden
+		return *r, false
 	}
 	if has && d.Epoch == ref.Epoch && now.After(d.At) {
-		return Reregister(ref), false, false
+		return Reregister(ref), false
 	}
-	return ok(ref.ID, ref.Epoch), true, false
+	return ok(ref.ID, ref.Epoch), true
 }
 
 // Conn is the leader's NATS connection as the shell saw it.
@@ -248,26 +247,19 @@ func Expire(v *projections.State, deadlines map[uint64]Deadline, now time.Time, 
 	return out
 }
 
-// StoreRegister decides a store.register request: nothing to append when
-// the store is registered and up with the same incarnation and raft
-// address, else store.registered (the fold refuses it when the raft
-// address is taken or the store is a tombstone; see StoreRegistered).
-func StoreRegister(v *projections.State, req client.StoreRegisterRequest) []events.Payload {
+// StoreRegister decides a store.register request on v: store.registered
+// unless the store is already up with req's incarnation and raft address
+// (a retry: nothing appended). Either way the reply is ok once the events
+// are stored and the store's first report is recorded (Renew). The fold
+// refuses a raft address another store holds, or a tombstone: then nothing
+// is stored and the store retries. A store registered again later in its
+// own group still gets ok: it learns of the replacement at its next
+// heartbeat (reregister), as a worker does.
+func StoreRegister(v *projections.State, req client.StoreRegisterRequest) Decision {
 	if st, found := v.Stores[req.Store]; found && st.Incarnation == req.Incarnation && st.RaftAddr == req.RaftAddr && st.State == events.StoreUp {
-		return nil
+		return Decision{Renew: true}
 	}
-	return []events.Payload{events.StoreRegistered{Store: req.Store, Incarnation: req.Incarnation, RaftAddr: req.RaftAddr}}
-}
-
-// StoreRegistered is the reply to req once StoreRegister's events are
-// stored, judged on the projection v that holds them: ok (the shell then
-// records the store's first report) when v has the store with req's
-// incarnation.
-func StoreRegistered(v *projections.State, req client.StoreRegisterRequest) (rep client.Reply, ok bool) {
-	if st, found := v.Stores[req.Store]; !found || st.Incarnation != req.Incarnation {
-		return BadRequest(fmt.Errorf("store %s not registered (raft address taken or tombstone?)", req.Store)), false
-	}
-	return client.Reply{}, true
+	return Decision{Renew: true, Events: []events.Payload{events.StoreRegistered{Store: req.Store, Incarnation: req.Incarnation, RaftAddr: req.RaftAddr}}}
 }
 
 // StoreHeartbeat decides a store heartbeat (memory only: a down store that
@@ -353,14 +345,14 @@ func (lv *Liveness) Renew(id, epoch uint64, now time.Time, cfg Config) {
 // Beat decides and applies a heartbeat of ref at now: hearing first (a
 // deadline that passed during an outage is fresh again), then Heartbeat on
 // the projected worker w (found: whether the view has ref.ID).
-func (lv *Liveness) Beat(w projections.Worker, found bool, ref client.WorkerRef, c Conn, now time.Time, cfg Config) (rep client.Reply, forbidden bool, h Hearing) {
+func (lv *Liveness) Beat(w projections.Worker, found bool, ref client.WorkerRef, c Conn, now time.Time, cfg Config) (rep client.Reply, h Hearing) {
 	h = lv.Hear(c, now, cfg)
 	d, has := lv.Deadlines[ref.ID]
-	rep, renew, forbidden := Heartbeat(w, found, ref, d, has, now)
+	rep, renew := Heartbeat(w, found, ref, d, has, now)
 	if renew {
 		lv.Renew(ref.ID, ref.Epoch, now, cfg)
 	}
-	return rep, forbidden, h
+	return rep, h
 }
 
 // Expire decides an expiry tick on v at now (Hear, then Expire), applies

@@ -283,9 +283,6 @@ func (w *world) request(dec decide.Decision) string {
 // being the seq it saw (its own events included), and renews the worker
 // when it says so.
 func (w *world) answer(b *strings.Builder, dec decide.Decision, seen uint64) {
-	if dec.Forbidden {
-		b.WriteString("log: refused, another incarnation's registration\n")
-	}
 	if dec.EpochAtSeq {
 		dec.Reply.Epoch = seen
 	}
@@ -296,11 +293,22 @@ func (w *world) answer(b *strings.Builder, dec decide.Decision, seen uint64) {
 }
 
 func cmdActivate(t *testing.T, w *world, d *datadriven.TestData, a args) string {
-	return w.request(decide.Activate(w.v, a.ref(t, d)))
+	dec := decide.Activate(w.v, a.ref(t, d))
+	return refused(dec.Reply) + w.request(dec)
 }
 
 func cmdDeregister(t *testing.T, w *world, d *datadriven.TestData, a args) string {
-	return w.request(decide.Deregister(w.v, a.ref(t, d)))
+	dec := decide.Deregister(w.v, a.ref(t, d))
+	return refused(dec.Reply) + w.request(dec)
+}
+
+// refused is what the RPC server logs for a worker's request it answers
+// forbidden (rpcServer.logForbidden): the line, or nothing.
+func refused(rep client.Reply) string {
+	if rep.Error != nil && rep.Error.Code == client.CodeForbidden {
+		return "log: refused, another incarnation's registration\n"
+	}
+	return ""
 }
 
 // heard renders a hearing decision the leader's memory applied.
@@ -314,11 +322,9 @@ func cmdHeartbeat(t *testing.T, w *world, d *datadriven.TestData, a args) string
 	ref := a.ref(t, d)
 	wk, found := w.v.Worker(ref.ID)
 	var b strings.Builder
-	rep, forbidden, h := w.live.Beat(wk, found, ref, w.conn, w.now, w.cfg)
+	rep, h := w.live.Beat(wk, found, ref, w.conn, w.now, w.cfg)
 	heard(&b, h)
-	if forbidden {
-		b.WriteString("log: refused, another incarnation's registration\n")
-	}
+	b.WriteString(refused(rep))
 	b.WriteString(renderReply(rep))
 	if rep.Error == nil {
 		dl := w.live.Deadlines[ref.ID]
@@ -384,12 +390,12 @@ func cmdRender(prefix string) handler {
 func cmdStoreRegister(_ *testing.T, w *world, _ *datadriven.TestData, a args) string {
 	req := client.StoreRegisterRequest{Store: a["store"], Incarnation: a["incarnation"], RaftAddr: a["addr"]}
 	var b strings.Builder
-	if !w.commit(&b, decide.StoreRegister(w.v, req)...) {
+	dec := decide.StoreRegister(w.v, req)
+	if !w.commit(&b, dec.Events...) {
 		return b.String()
 	}
-	rep, ok := decide.StoreRegistered(w.v, req)
-	b.WriteString(renderReply(rep))
-	if ok {
+	b.WriteString(renderReply(dec.Reply))
+	if dec.Renew {
 		fmt.Fprintf(&b, "report %s incarnation=%s at=%s\n", req.Store, req.Incarnation, at(w.now))
 	}
 	return b.String()
@@ -439,13 +445,11 @@ func cmdGroup(t *testing.T, w *world, d *datadriven.TestData, _ args) string {
 			})
 		case "store-register":
 			req := client.StoreRegisterRequest{Store: a["store"], Incarnation: a["incarnation"], RaftAddr: a["addr"]}
-			if !w.commit(&b, decide.StoreRegister(w.v, req)...) {
+			dec := decide.StoreRegister(w.v, req)
+			if !w.commit(&b, dec.Events...) {
 				continue
 			}
-			answers = append(answers, func() {
-				rep, _ := decide.StoreRegistered(w.v, req)
-				fmt.Fprintf(&b, "%s: %s", line, renderReply(rep))
-			})
+			answers = append(answers, func() { fmt.Fprintf(&b, "%s: %s", line, renderReply(dec.Reply)) })
 		default:
 			d.Fatalf(t, "group: %q is not a register or store-register", line)
 		}
