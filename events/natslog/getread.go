@@ -41,6 +41,10 @@ const (
 	// getPoll is how often a reader reading by get asks for a new record
 	// at the tail.
 	getPoll = 100 * time.Millisecond
+	// getFallbackMax is how many records a Read may still have to go
+	// when it reads by get instead of waiting for a consumer (a few
+	// hundred ms of round trips); a longer Read waits for a consumer.
+	getFallbackMax = 1000
 )
 
 // errConsumerBack ends a session reading by get: a consumer can be made

@@ -233,9 +233,13 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 	defer l.nc.RemoveStatusListener(reconnected)
 	cons, err := l.createConsumer(ctx, *next, consumerFallbackAfter)
 	var rerr *restartError
-	if errors.As(err, &rerr) && unanswered(rerr.err) {
+	if errors.As(err, &rerr) && unanswered(rerr.err) && (until == 0 || until-*next < getFallbackMax) {
 		// No consumer can be made now (the meta group is likely electing
-		// a leader): read from the stream's leader meanwhile.
+		// a leader): read from the stream's leader meanwhile. Only a live
+		// reader (Watch) or a read near its end: a get is a round trip a
+		// record, so a long read by get would outlast the caller's bound
+		// (status answers from a copy instead while no consumer can be
+		// made); a long Read asks for a consumer again.
 		return l.readByGet(ctx, next, exact, until, fn)
 	}
 	if err != nil {
