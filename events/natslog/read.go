@@ -231,15 +231,21 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 	// may have been on the server the connection lost (see await).
 	reconnected := l.nc.StatusChanged(nats.CONNECTED)
 	defer l.nc.RemoveStatusListener(reconnected)
-	cons, err := l.createConsumer(ctx, *next, consumerFallbackAfter)
+	// Only a live reader (Watch) or a Read near its end may read by get
+	// while no consumer can be made: a get is a round trip a record, so a
+	// long Read by get would outlast its caller's bound (status answers
+	// from a copy while no consumer can be made); a long Read waits for
+	// its consumer, as long as ctx allows.
+	mayGet := until == 0 || until-*next < getFallbackMax
+	within := time.Duration(0)
+	if mayGet {
+		within = consumerFallbackAfter
+	}
+	cons, err := l.createConsumer(ctx, *next, within)
 	var rerr *restartError
-	if errors.As(err, &rerr) && unanswered(rerr.err) && (until == 0 || until-*next < getFallbackMax) {
+	if mayGet && errors.As(err, &rerr) && unanswered(rerr.err) {
 		// No consumer can be made now (the meta group is likely electing
-		// a leader): read from the stream's leader meanwhile. Only a live
-		// reader (Watch) or a read near its end: a get is a round trip a
-		// record, so a long read by get would outlast the caller's bound
-		// (status answers from a copy instead while no consumer can be
-		// made); a long Read asks for a consumer again.
+		// a leader): read from the stream's leader meanwhile.
 		return l.readByGet(ctx, next, exact, until, fn)
 	}
 	if err != nil {
@@ -270,12 +276,16 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 }
 
 // createConsumer makes a reader's ephemeral consumer starting at seq
-// start, asking again while it is not answered, for at most within. It
-// fails with ctx's error when ctx is done, else with *restartError.
+// start, asking again while it is not answered, for at most within (0:
+// as long as ctx allows). It fails with ctx's error when ctx is done, else
+// with *restartError.
 func (l *Log) createConsumer(ctx context.Context, start uint64, within time.Duration) (jetstream.Consumer, error) {
 	cfg := readerConfig(start)
 	var cons jetstream.Consumer
-	cctx, cancel := context.WithTimeout(ctx, within)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if within > 0 {
+		cctx, cancel = context.WithTimeout(ctx, within)
+	}
 	defer cancel()
 	err := l.askAgain(cctx, requestAttempt, func(ctx context.Context) (err error) {
 		cons, err = l.stream.CreateConsumer(ctx, cfg)
