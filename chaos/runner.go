@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/termlog/termlog/internal/clock"
 )
 
 // Runner runs schedules against one cluster and checks it after each.
@@ -261,14 +263,7 @@ func (l *stepLog) measure(stopped, other time.Duration) {
 	l.mu.Unlock()
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) { clock.Sleep(ctx, clock.Real{}, d) }
 
 func startQuiet(p *Proc) error {
 	if p.Running() {

@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -26,6 +27,16 @@ func (Real) Now() time.Time { return time.Now() }
 func (Real) After(d time.Duration) <-chan time.Time {
 	// time.After is collected once it fires or becomes unreachable (Go 1.23+).
 	return time.After(d)
+}
+
+// Sleep waits d on c, or until ctx is done; it reports whether d passed.
+func Sleep(ctx context.Context, c Clock, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c.After(d):
+		return true
+	}
 }
 
 // Manual is a clock that moves only when told. The zero value starts at the

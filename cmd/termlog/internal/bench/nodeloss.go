@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/meta"
 	"github.com/termlog/termlog/meta/client"
 	"github.com/termlog/termlog/natsserver"
@@ -609,14 +610,7 @@ func alsoLed(l []string) string {
 	return ", leading " + strings.Join(l, "+")
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) { clock.Sleep(ctx, clock.Real{}, d) }
 
 // appendLoad appends through the meta leader, one request at a time:
 // register a worker, then deregister it (each one fenced append).
