@@ -80,7 +80,7 @@ func newDuties(l *leaderSession) *termDuties {
 		leaseFresh: l.keeper.leaseFresh, logger: l.logger}
 	term, lease := l.term, l.lease
 	return &termDuties{
-		workers: &workerDuty{cfg: cfg, proj: r.proj, commit: l.commit, loop: l.loop, live: l.live, heartbeats: &r.heartbeats, logger: l.logger},
+		workers: &workerDuty{cfg: cfg, proj: r.proj, commit: l.commit, loop: l.loop, live: l.live, beats: &r.heartbeats, logger: l.logger},
 		stores:  stores,
 		recovery: &recoveryDuty{cfg: cfg, proj: r.proj, loop: l.loop, recov: &l.recov, term: term, logger: l.logger,
 			recovered: func() { r.onTerm(term, lease, TermRecovered, "") }},
@@ -208,13 +208,13 @@ func connState(nc *nats.Conn) decide.Conn {
 // workerDuty is the term's worker registrations and liveness: the worker
 // RPCs (register, activate, deregister, heartbeat) and the expiry.
 type workerDuty struct {
-	cfg        *Config
-	proj       *view.Projector
-	commit     *committer
-	loop       *termLoop // owns live
-	live       *liveness
-	heartbeats *atomic.Uint64 // the replica's count
-	logger     zerolog.Logger
+	cfg    *Config
+	proj   *view.Projector
+	commit *committer
+	loop   *termLoop // owns live
+	live   *liveness
+	beats  *atomic.Uint64 // the replica's heartbeat count
+	logger zerolog.Logger
 }
 
 // decideRequest submits a request's pure decision and answers as it says:
@@ -263,21 +263,35 @@ func (wd *workerDuty) deregister(ctx context.Context, ref client.WorkerRef) clie
 	return wd.decideRequest(ctx, func(v *projections.State) decide.Decision { return decide.Deregister(v, ref) })
 }
 
-func (wd *workerDuty) heartbeat(ref client.WorkerRef) client.Reply {
-	wd.heartbeats.Add(1)
-	var (
+// heartbeats answers heartbeats waiting together, in order: one look at
+// the projection and one visit to the term's loop for all of them (at
+// 10,000 workers, 10,000 visits a second were the heartbeat's cost).
+func (wd *workerDuty) heartbeats(refs []client.WorkerRef) []client.Reply {
+	wd.beats.Add(uint64(len(refs)))
+	type seen struct {
 		w     projections.Worker
 		found bool
-	)
+	}
+	ws := make([]seen, len(refs))
 	// Peek, not View: a view is a copy of every worker, made again after
 	// every change, and heartbeats arrive while registrations change it.
-	wd.proj.Peek(func(v *projections.State) { w, found = v.Worker(ref.ID) })
+	wd.proj.Peek(func(v *projections.State) {
+		for i, ref := range refs {
+			ws[i].w, ws[i].found = v.Worker(ref.ID)
+		}
+	})
 	c, now := connState(wd.cfg.NC), wd.cfg.Clock.Now()
-	var rep client.Reply
-	if !wd.loop.do(context.Background(), func() { rep = wd.live.beat(w, found, ref, c, now) }) {
-		return unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
+	reps := make([]client.Reply, len(refs))
+	if !wd.loop.do(context.Background(), func() {
+		for i, ref := range refs {
+			reps[i] = wd.live.beat(ws[i].w, ws[i].found, ref, c, now)
+		}
+	}) {
+		for i := range reps {
+			reps[i] = unavailable(fmt.Errorf("%w: the term ended", ErrNotLeader))
+		}
 	}
-	return rep
+	return reps
 }
 
 // expiryLoop expires workers whose heartbeat deadline passed: one fenced

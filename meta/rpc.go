@@ -25,8 +25,11 @@ type rpcRow struct {
 	decode func(data []byte) (any, error)
 	serve  func(ctx context.Context, req any) client.Reply
 	// memory: answered from memory, never by an append; served on a queue
-	// of its own so that it never waits behind appends.
-	memory bool
+	// of its own so that it never waits behind appends, the requests
+	// waiting there together by serveMany (one visit to the term's loop
+	// for all of them, not one each).
+	memory    bool
+	serveMany func(reqs []any) []client.Reply
 }
 
 // row is the row of an RPC whose requests decode to Req and are answered
@@ -38,12 +41,24 @@ func row[Req any](decode func([]byte) (Req, error), serve func(context.Context, 
 	}
 }
 
-// memoryRow is the row of an RPC answered from memory (see rpcRow.memory).
-func memoryRow[Req any](decode func([]byte) (Req, error), serve func(Req) client.Reply) rpcRow {
-	r := row(decode, func(_ context.Context, req Req) client.Reply { return serve(req) })
+// memoryRow is the row of an RPC answered from memory (see rpcRow.memory):
+// serveMany answers the requests waiting together, in order.
+func memoryRow[Req any](decode func([]byte) (Req, error), serveMany func([]Req) []client.Reply) rpcRow {
+	r := row(decode, func(_ context.Context, req Req) client.Reply { return serveMany([]Req{req})[0] })
 	r.memory = true
+	r.serveMany = func(reqs []any) []client.Reply {
+		typed := make([]Req, len(reqs))
+		for i, q := range reqs {
+			typed[i] = q.(Req)
+		}
+		return serveMany(typed)
+	}
 	return r
 }
+
+// memoryBatch is how many waiting requests answered from memory are
+// served together at most.
+const memoryBatch = 256
 
 // leaderRPCs is the leader's RPC table: a row for each RPC name of
 // internal/wire (TestRPCTableIsTheWire checks that), so adding an RPC is
@@ -54,7 +69,7 @@ func leaderRPCs(l *leaderSession) map[string]rpcRow {
 	return map[string]rpcRow{
 		wire.RPCRegister:       row(client.DecodeRegister, w.register),
 		wire.RPCActivate:       row(client.DecodeWorkerRef, w.activate),
-		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, w.heartbeat),
+		wire.RPCHeartbeat:      memoryRow(client.DecodeWorkerRef, w.heartbeats),
 		wire.RPCDeregister:     row(client.DecodeWorkerRef, w.deregister),
 		wire.RPCStepDown:       row(decodeStepDown, func(context.Context, struct{}) client.Reply { return stepDown(lg, lose) }),
 		wire.RPCStoreRegister:  row(client.DecodeStoreRegister, st.storeRegister),
@@ -140,7 +155,7 @@ func (s *rpcServer) serve(ctx context.Context) {
 		return
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { s.serveQueue(ctx, memory) })
+	wg.Go(func() { s.serveMemory(ctx, memory) })
 	for range rpcHandlers - 1 {
 		wg.Go(func() { s.serveQueue(ctx, appends) })
 	}
@@ -182,6 +197,62 @@ func (s *rpcServer) serveQueue(ctx context.Context, q <-chan *nats.Msg) {
 		case m := <-q:
 			s.queued.Add(-1)
 			s.respond(m, s.handle(ctx, strings.TrimPrefix(m.Subject, s.prefix), m.Data))
+		}
+	}
+}
+
+// serveMemory handles the requests answered from memory until ctx is done:
+// each one with those waiting behind it (up to memoryBatch), each RPC's
+// together by its row's serveMany, replies in arrival order.
+func (s *rpcServer) serveMemory(ctx context.Context, q <-chan *nats.Msg) {
+	for {
+		if ctx.Err() != nil {
+			return // the term ended: serve answers what is still queued
+		}
+		var batch []*nats.Msg
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-q:
+			batch = append(batch, m)
+		}
+		for more := true; more && len(batch) < memoryBatch; {
+			select {
+			case m := <-q:
+				batch = append(batch, m)
+			default:
+				more = false
+			}
+		}
+		s.queued.Add(-int64(len(batch)))
+		s.serveBatch(batch, s.respond)
+	}
+}
+
+// serveBatch answers batch through respond: a request that does not decode
+// is a bad_request; the others of each RPC are served together, each
+// answered its own reply.
+func (s *rpcServer) serveBatch(batch []*nats.Msg, respond func(*nats.Msg, client.Reply)) {
+	byName := map[string][]int{}
+	reqs := make([]any, len(batch))
+	for i, m := range batch {
+		name := strings.TrimPrefix(m.Subject, s.prefix)
+		req, err := s.rows[name].decode(m.Data)
+		if err != nil {
+			respond(m, decide.BadRequest(err))
+			continue
+		}
+		reqs[i] = req
+		byName[name] = append(byName[name], i)
+	}
+	for name, idx := range byName {
+		in := make([]any, len(idx))
+		for j, i := range idx {
+			in[j] = reqs[i]
+		}
+		for j, rep := range s.rows[name].serveMany(in) {
+			s.logForbidden(name, in[j], rep)
+			respond(batch[idx[j]], rep)
 		}
 	}
 }
