@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/termlog/termlog/events/natslog"
 	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/meta"
-	"github.com/termlog/termlog/natsserver"
 )
 
 // TestStatusThroughNodeLoss: on a 3-node JetStream cluster (`termlog nats`
@@ -108,19 +104,7 @@ func statusThroughLoss(t *testing.T, bin, victim string) {
 		return (before.code == 0 || before.code == 1) && before.st.Stale == nil && before.st.Health.Record != nil && before.st.Leader == "meta-1"
 	})
 
-	opts, err := natsserver.RoleOptions(auth, natsserver.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	onc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer onc.Close()
-	js, err := jetstream.New(onc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := adminJetStream(t, url, auth)
 	stream := natslog.StreamName("termlog")
 	streamLeader := func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -156,7 +140,7 @@ func statusThroughLoss(t *testing.T, bin, victim string) {
 	}
 	// moveTo asks stream name's leader to hand over to node.
 	moveTo := func(name, node string) {
-		_, _ = onc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+name, fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, node), time.Second)
+		_, _ = js.Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN."+name, fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, node), time.Second)
 	}
 	buckets := []string{"KV_" + meta.HealthBucket("termlog"), "OBJ_" + natslog.SnapshotBucket("termlog")}
 	var lost string
@@ -167,7 +151,7 @@ func statusThroughLoss(t *testing.T, bin, victim string) {
 		}
 		if ml == sl {
 			// The stream led apart from the meta group.
-			_, _ = onc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, time.Second)
+			_, _ = js.Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, time.Second)
 			return false
 		}
 		switch victim {

@@ -38,19 +38,7 @@ func TestStatusDuringStreamElection(t *testing.T) {
 		return (code == 0 || code == 1) && st.Stale == nil && st.Health.Record != nil && st.Leader == "meta-1"
 	})
 
-	opts, err := natsserver.RoleOptions(auth, natsserver.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(urls, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := adminJetStream(t, urls, auth)
 	var leader string
 	testkit.Eventually(t, 30*time.Second, "the event stream's leader", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -83,4 +71,24 @@ func TestStatusDuringStreamElection(t *testing.T) {
 		t.Fatalf("the exit reason does not say the answer is stale: %s", r.stderr)
 	}
 	t.Logf("killed %s; status: %s", leader, st.Stale)
+}
+
+// adminJetStream connects to url with the admin key of auth, closed when
+// the test ends.
+func adminJetStream(t *testing.T, url, auth string) jetstream.JetStream {
+	t.Helper()
+	opts, err := natsserver.RoleOptions(auth, natsserver.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
