@@ -351,7 +351,10 @@ func registered(ctx context.Context, reg *Registrar, within time.Duration) bool 
 // process's files (its last releases can trail its exit).
 func crashWhenClosed(fs *lazyfs.FS, o lazyfs.CrashOptions) (lazyfs.CrashReport, error) {
 	var rep lazyfs.CrashReport
-	err := testkit.Poll(context.Background(), 2*time.Second, 100*time.Millisecond, func() (err error) {
+	// A killed process releases the mount only once its exit is through,
+	// which can take seconds on a loaded machine (ci11: still busy after
+	// 2 s): wait up to 10 s.
+	err := testkit.Poll(context.Background(), 10*time.Second, 100*time.Millisecond, func() (err error) {
 		rep, err = fs.Crash(o)
 		return err
 	})
