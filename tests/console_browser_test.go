@@ -91,6 +91,13 @@ func value[T any](t *testing.T, ctx context.Context, what string, a chromedp.Act
 	return v
 }
 
+// textNow reads the text of the element sel in one evaluation: the live
+// page redraws its parts, and chromedp.Text's node lookup then its read
+// can fall between a redraw ("No node with given id found", ci12).
+func textNow(sel string) chromedp.Action[string] {
+	return chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel))
+}
+
 // until waits (at most timeout) for the page's expression to be true.
 func until(expr string, timeout time.Duration) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
@@ -215,7 +222,7 @@ func TestConsoleInChromium(t *testing.T) {
 	stores[2].stop()
 	run(t, ctx, 30*time.Second, "store-3's replica shows as not running",
 		until(`Array.from(document.querySelectorAll('#shards tr[data-shard]')).some(tr => tr.children[2].textContent === 'store-3' && tr.querySelector('.replica-state').textContent === 'not running')`, 25*time.Second))
-	text := value(t, ctx, "shards table", chromedp.Text(`#shards`))
+	text := value(t, ctx, "shards table", textNow(`#shards`))
 	t.Logf("shards table: %s", strings.Join(strings.Fields(text), " "))
 	screenshot(t, ctx, "console-shards.png")
 
@@ -225,13 +232,13 @@ func TestConsoleInChromium(t *testing.T) {
 	run(t, ctx, 30*time.Second, "the red banner for shard 1",
 		chromedp.Navigate(url),
 		until(`document.querySelector('#red-banner') !== null && document.querySelector('#red-banner').textContent.includes('Shard 1 has no quorum: 1 of 3 replicas running')`, 25*time.Second))
-	banner := value(t, ctx, "banner", chromedp.Text(`#red-banner`))
+	banner := value(t, ctx, "banner", textNow(`#red-banner`))
 	_, named, _ := strings.Cut(banner, "Bring back the stores of its stopped replicas (")
 	named, _, _ = strings.Cut(named, ")")
 	if !strings.Contains(named, "@store-2") || !strings.Contains(named, "@store-3") || strings.Contains(named, "store-1") {
 		t.Errorf("banner %q: want the remedy naming the stopped replicas, on store-2 and store-3 only", banner)
 	}
-	if v := value(t, ctx, "verdict", chromedp.Text(`#verdict`)); !strings.HasPrefix(v, "DEGRADED") || !strings.Contains(v, "exits 1") {
+	if v := value(t, ctx, "verdict", textNow(`#verdict`)); !strings.HasPrefix(v, "DEGRADED") || !strings.Contains(v, "exits 1") {
 		t.Errorf("verdict %q, want DEGRADED with status's exit 1", v)
 	}
 	screenshot(t, ctx, "console-no-quorum.png")
@@ -267,7 +274,7 @@ func TestConsoleIncidentInChromium(t *testing.T) {
 	run(t, ctx, 15*time.Second, "events filtered to rejected",
 		chromedp.Navigate(url+"#/events?outcome=rejected"),
 		chromedp.WaitVisible(`#ev-5`))
-	row := value(t, ctx, "row of seq 5", chromedp.Text(`#ev-5`))
+	row := value(t, ctx, "row of seq 5", textNow(`#ev-5`))
 	if !strings.Contains(row, want) || !strings.Contains(row, reason) || !strings.Contains(row, "meta-1") {
 		t.Fatalf("row of seq 5: %q, want %q and %q", row, want, reason)
 	}
@@ -285,7 +292,7 @@ func TestConsoleIncidentInChromium(t *testing.T) {
 	run(t, ctx, 15*time.Second, "click the mark",
 		chromedp.Click(`svg.timeline [data-mark="5"] path`),
 		until(`location.hash === '#/event/5' && document.querySelector('tr.target') !== null`, 10*time.Second))
-	if ev := norm(value(t, ctx, "the event", chromedp.Text(`tr.target`))); !strings.Contains(ev, "rejected stale-term") || !strings.Contains(ev, reason) {
+	if ev := norm(value(t, ctx, "the event", textNow(`tr.target`))); !strings.Contains(ev, "rejected stale-term") || !strings.Contains(ev, reason) {
 		t.Fatalf("event page after the click: %q", ev)
 	}
 
@@ -304,7 +311,7 @@ func TestConsoleIncidentInChromium(t *testing.T) {
 	run(t, ctx, 15*time.Second, "the row of seq 5 in the report",
 		chromedp.Navigate("file://"+report+"#ev-5"),
 		chromedp.WaitVisible(`#evpage #ev-5`))
-	reportRow := value(t, ctx, "report row", chromedp.Text(`#evpage #ev-5`))
+	reportRow := value(t, ctx, "report row", textNow(`#evpage #ev-5`))
 	if norm(reportRow) != strings.TrimSuffix(norm(row), " state at this seq") {
 		t.Fatalf("report row %q, console row %q", reportRow, row)
 	}
