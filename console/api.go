@@ -149,6 +149,8 @@ type Status struct {
 	// wrote in term.started), TermAgeMS how long ago.
 	TermSince time.Time `json:"term_since,omitzero"`
 	TermAgeMS int64     `json:"term_age_ms,omitempty"`
+	// Banners is the overview's red banner, one entry a fault (banners).
+	Banners []Banner `json:"banners"`
 	// Version changes whenever anything the console shows does.
 	Version uint64 `json:"version"`
 }
@@ -162,6 +164,7 @@ func (s *Server) status() Status {
 	for _, w := range st.Workers {
 		out.WorkerStates[w.State]++
 	}
+	out.Banners = banners(st.LeaseHolder, st.LeaseError, st.Health.Record)
 	s.x.mu.RLock()
 	out.StreamError, out.Probed, out.Version = errText(s.x.err), s.x.probed || s.cfg.Probe == nil, s.x.version
 	if out.TermSince = s.x.termSince; !out.TermSince.IsZero() {
@@ -258,6 +261,9 @@ type Shards struct {
 	Shards []projections.Shard `json:"shards"`
 	Health any                 `json:"health"` // the record's shards ([]sched.ShardHealth), null: none
 	AgeMS  int64               `json:"age_ms"`
+	// Collecting are the stores the leader has not heard from yet this
+	// term: whether their replicas run is not known yet.
+	Collecting []string `json:"collecting,omitempty"`
 	// Problems are the judge's, as on the overview.
 	Problems []string `json:"problems"`
 }
@@ -266,7 +272,7 @@ func (s *Server) apiShards(w http.ResponseWriter, _ *http.Request) {
 	st := s.status()
 	out := Shards{Seq: st.Seq, Shards: st.Shards, AgeMS: st.Health.AgeMS, Problems: st.Health.Problems}
 	if rec := st.Health.Record; rec != nil {
-		out.Health = rec.Shards
+		out.Health, out.Collecting = rec.Shards, rec.Collecting
 	}
 	writeJSON(w, out)
 }

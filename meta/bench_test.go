@@ -147,7 +147,7 @@ func BenchmarkExpiryScan(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				if out := l.duties.workers.collectExpired(v); len(out) != 0 {
+				if out := l.duties.workers.collectExpired(v, connState(l.r.cfg.NC), l.r.cfg.Clock.Now()); len(out) != 0 {
 					b.Fatalf("%d expired", len(out))
 				}
 			}

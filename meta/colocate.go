@@ -86,7 +86,7 @@ func (cd *colocateDuty) colocateLoop(ctx context.Context) {
 		if err != nil {
 			ev = cd.logger.Warn().Err(err)
 		}
-		ev.Str("stream_leader", evL).Str("lease_leader", leL).Msg(fmt.Sprintf("moving the lease bucket's Raft leader to %s, the event stream's (one election, not two, when a NATS node is lost)", evL))
+		ev.Str("stream_leader", evL).Str("lease_leader", leL).Msg(fmt.Sprintf("moving the lease bucket's Raft leader to %s, the event stream's (one node's loss, not either of two, can cost the leader an election)", evL))
 		wait = colocateCooldown
 	}
 }

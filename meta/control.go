@@ -311,7 +311,11 @@ func (c *controller) event(ev sessionEvent) bool {
 	}
 	if ev.barrier == 0 {
 		ev.s.closed = true
-		rd.logger.Warn().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Msg("control stream closed; reconnecting")
+		// Info, not a warning: a worker that stops (termlog up's Ctrl-C, a
+		// deregistration) closes its stream first. The reconcile it
+		// schedules opens it again while the projection holds the worker
+		// active ("control stream opened"), and expiry deals with one gone.
+		rd.logger.Info().Str("endpoint", ev.s.endpoint).Uint64("worker_id", ev.s.id).Msg("control stream closed by the worker's end; opened again while the worker is active")
 		return true
 	}
 	if ev.s.acked || ev.s.closed {

@@ -94,6 +94,7 @@ type committer struct {
 	fenced        func(ctx context.Context, err error) // an append was fenced: re-project, maybe lose the term
 	lose          func(reason string)                  // ends the term
 	loop          *termLoop
+	moves         *streamMoves // the stream's leader elections end attempts (nil: none)
 	sends         chan *flight // the loop hands groups to the sender, in order
 	settles       chan *flight // the sender hands them to the settler, in order
 
@@ -122,7 +123,7 @@ func newLeaderCommitter(l *leaderSession) *committer {
 		ctx: l.ctx, writer: cfg.ID, log: cfg.Log, proj: l.r.proj, clock: cfg.Clock, fp: cfg.Failpoints,
 		appendTimeout: min(cfg.AppendTimeout, resendAfter), maxAttempts: appendAttemptsFor(cfg.AppendTimeout),
 		logger:    l.logger,
-		mayAppend: l.keeper.mayAppend, fenced: l.onFenced, lose: l.lose, loop: l.loop,
+		mayAppend: l.keeper.mayAppend, fenced: l.onFenced, lose: l.lose, loop: l.loop, moves: l.r.moves,
 		sends: make(chan *flight, maxFlights+1), settles: make(chan *flight, maxFlights+1),
 		minPipelined: minPipelined,
 	}
@@ -187,7 +188,7 @@ func (c *committer) finish(res mutationResult) (uint64, error) {
 	if res.err != nil {
 		return 0, res.err
 	}
-	return res.seen, c.proj.AwaitSeq(c.ctx, res.seen)
+	return res.seen, c.proj.AwaitStored(c.ctx, res.seen)
 }
 
 // withdraw removes m from the queue if it is still there. On the loop.
@@ -308,7 +309,7 @@ func (c *committer) fresh(failed bool, written, term uint64) (*projections.State
 			return nil, 0, err
 		}
 	}
-	if err := c.proj.AwaitSeq(ctx, written); err != nil {
+	if err := c.proj.AwaitStored(ctx, written); err != nil {
 		return nil, 0, err
 	}
 	var st *projections.State
@@ -410,8 +411,8 @@ func (c *committer) sender() {
 				f.pend = events.Done{Last: f.base, Err: fmt.Errorf("append at seq %d %w: %w", f.base+1, group.ErrNotSent, err)}
 				break
 			}
-			f.sent = time.Now()
-			actx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.appendTimeout)
+			f.sent, f.moved = time.Now(), c.moves.current()
+			actx, cancel := attemptCtx(context.WithoutCancel(c.ctx), c.appendTimeout, f.moved)
 			f.pend = c.log.AppendAsync(actx, f.base, f.prevID, f.evs...)
 			cancel()
 		}
@@ -440,12 +441,13 @@ type decided struct {
 type flight struct {
 	ok     []decided
 	evs    []events.Event
-	base   uint64         // expected last seq: the scratch seq before the group
-	prev   *flight        // the last group with events sent before it; nil: base is the projection's
-	prevID string         // the msg id of prev's last event
-	gate   *mutation      // its failpoint is hit before the append
-	pend   events.Pending // set by the sender; nil when evs is empty
-	sent   time.Time      // when the sender handed it to the log
+	base   uint64          // expected last seq: the scratch seq before the group
+	prev   *flight         // the last group with events sent before it; nil: base is the projection's
+	prevID string          // the msg id of prev's last event
+	gate   *mutation       // its failpoint is hit before the append
+	pend   events.Pending  // set by the sender; nil when evs is empty
+	sent   time.Time       // when the sender handed it to the log
+	moved  <-chan struct{} // closed at the stream's first leader election since then
 	// stored is the seq up to which everything this group's decisions saw
 	// is known stored; err is nil iff that is all of it.
 	stored uint64
@@ -472,10 +474,12 @@ func (c *committer) settle(f *flight) {
 		f.prev = nil // do not keep every group alive
 	}
 	if len(f.evs) > 0 {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
+		// Tied to the elections since the group was sent: one between the
+		// send and this wait ends the wait at once.
+		wctx, cancel := attemptCtx(context.WithoutCancel(ctx), c.appendTimeout, f.moved)
 		last, err := f.pend.Wait(wctx)
 		cancel()
-		c.attempts(ctx, &s, f.evs, last, err, f.sent)
+		c.attempts(ctx, &s, f.evs, last, err, f.sent, f.moved)
 	}
 	o := s.Outcome()
 	if o.Fenced {
@@ -511,7 +515,7 @@ func (c *committer) settled(f *flight, o group.Outcome) {
 // attempts feeds s the outcome (last, err) of the attempt just made and
 // sends evs again, with the same ids and expected last seq, for as long as
 // s says to.
-func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []events.Event, last uint64, err error, sent time.Time) {
+func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []events.Event, last uint64, err error, sent time.Time, moved <-chan struct{}) {
 	for {
 		if ctx.Err() != nil {
 			s.Attempts = 0 // the term ended: no further attempt
@@ -521,13 +525,15 @@ func (c *committer) attempts(ctx context.Context, s *group.Settling, evs []event
 		}
 		c.logger.Warn().Err(err).Uint64("expected_seq", s.Base).Int("events", len(evs)).Msg("append outcome unknown; sending it again with the same message ids")
 		// An attempt that failed at once (no responders while the stream
-		// elects a leader) is paced: one attempt per appendTimeout.
+		// elects a leader) is paced: one attempt per appendTimeout, or
+		// the next as soon as the stream has elected a leader since it.
 		select {
 		case <-time.After(time.Until(sent.Add(c.appendTimeout))):
+		case <-moved:
 		case <-ctx.Done():
 		}
-		sent = time.Now()
-		last, err = c.appendOnce(ctx, s.Base, evs)
+		sent, moved = time.Now(), c.moves.current()
+		last, err = c.appendOnce(ctx, s.Base, evs, moved)
 	}
 }
 
@@ -546,9 +552,9 @@ func (c *committer) resendUnsure(ctx context.Context, u *flight) (stored uint64,
 		return 0, true, nil
 	}
 	s := group.Settling{Base: u.base, Events: len(u.evs), Attempts: c.maxAttempts, Resending: true}
-	sent := time.Now()
-	last, err := c.appendOnce(ctx, u.base, u.evs)
-	c.attempts(ctx, &s, u.evs, last, err, sent)
+	sent, moved := time.Now(), c.moves.current()
+	last, err := c.appendOnce(ctx, u.base, u.evs, moved)
+	c.attempts(ctx, &s, u.evs, last, err, sent, moved)
 	o := s.Outcome()
 	switch {
 	case o.Err == nil:
@@ -580,14 +586,15 @@ func appendAttemptsFor(timeout time.Duration) int {
 }
 
 // appendOnce sends evs once with expected last seq expected, bounded by
-// min(AppendTimeout, resendAfter). It returns the seq of the last event
+// min(AppendTimeout, resendAfter) and by the stream's next leader election
+// (moved: streamMoves.current before the send). It returns the seq of the last event
 // known stored (at least expected); an error wrapping group.ErrNotSent
 // means nothing was sent.
-func (c *committer) appendOnce(ctx context.Context, expected uint64, evs []events.Event) (uint64, error) {
+func (c *committer) appendOnce(ctx context.Context, expected uint64, evs []events.Event, moved <-chan struct{}) (uint64, error) {
 	if err := c.mayAppend(); err != nil {
 		return expected, fmt.Errorf("append at seq %d %w: %w", expected+1, group.ErrNotSent, err)
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.appendTimeout)
+	actx, cancel := attemptCtx(context.WithoutCancel(ctx), c.appendTimeout, moved)
 	defer cancel()
 	last, err := c.log.Append(actx, expected, evs...)
 	return max(last, expected), err

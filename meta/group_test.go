@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -681,6 +682,65 @@ func TestUnansweredAppendResentAfterOneAttempt(t *testing.T) {
 		if b > resendAfter {
 			t.Errorf("attempt %d bounded by %s, want at most %s (AppendTimeout is 10s)", i+1, b, resendAfter)
 		}
+	}
+	if got := workerList(tl.r.proj.View()); got != "[1]" {
+		t.Fatalf("workers %s, want [1]: stored once", got)
+	}
+}
+
+// movedLog loses the first append after term.started like lostLog, and
+// reports when its wait begins and how it ended.
+type movedLog struct {
+	*events.MemLog
+	n       atomic.Int32
+	once    sync.Once
+	waiting chan struct{}
+	ended   chan error
+}
+
+func (l *movedLog) AppendAsync(ctx context.Context, expected uint64, prevID string, evs ...events.Event) events.Pending {
+	if l.n.Add(1) == 2 {
+		return movedPending{l: l, expected: expected}
+	}
+	return l.MemLog.AppendAsync(ctx, expected, prevID, evs...)
+}
+
+type movedPending struct {
+	l        *movedLog
+	expected uint64
+}
+
+func (p movedPending) Wait(ctx context.Context) (uint64, error) {
+	p.l.once.Do(func() { close(p.l.waiting) })
+	<-ctx.Done()
+	select {
+	case p.l.ended <- ctx.Err():
+	default: // only the first wait is reported
+	}
+	return p.expected, fmt.Errorf("outcome unknown: %w", ctx.Err())
+}
+
+// An append waiting for an ack that will not come (its request reached a
+// stream leader that handed over or died) is sent again as soon as the
+// stream elects its next leader (JetStream's leader-elected advisory), not
+// after its whole attempt: its wait ends cancelled, not at its deadline,
+// and the group is stored once.
+func TestAppendResentAtStreamLeaderElection(t *testing.T) {
+	log := &movedLog{MemLog: events.NewMemLog(), waiting: make(chan struct{}), ended: make(chan error, 1)}
+	tl := newTestLeader(t, "meta-1", log, clock.NewManual(t0), 1)
+	if err := tl.startTerm(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-log.waiting
+		tl.r.moves.moved() // the advisory
+	}()
+	rep := tl.duties.workers.register(ctxT(t), client.RegisterRequest{Incarnation: "a", Endpoint: "10.0.0.1:1"})
+	if rep.Error != nil || rep.ID != 1 {
+		t.Fatalf("register: %+v, want id 1", rep)
+	}
+	if err := <-log.ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the lost append's wait ended with %v, want cancelled by the election (not its %s deadline)", err, resendAfter)
 	}
 	if got := workerList(tl.r.proj.View()); got != "[1]" {
 		t.Fatalf("workers %s, want [1]: stored once", got)

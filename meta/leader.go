@@ -311,9 +311,12 @@ func (wd *workerDuty) expiryLoop(ctx context.Context) {
 }
 
 func (wd *workerDuty) expireOnce(ctx context.Context) error {
+	// The tick's inputs, gathered here: the decision itself reads only
+	// them, the view and the deadlines it owns on the term's loop.
+	c, now := connState(wd.cfg.NC), wd.cfg.Clock.Now()
 	var expired []events.Payload
 	_, err := wd.commit.Submit(ctx, FPExpiryAfterCollect, func(v *projections.State) ([]events.Payload, error) {
-		expired = wd.collectExpired(v)
+		expired = wd.collectExpired(v, c, now)
 		return expired, nil
 	})
 	if err != nil {
@@ -327,10 +330,10 @@ func (wd *workerDuty) expireOnce(ctx context.Context) error {
 }
 
 // collectExpired decides an expiry tick on v: the view, the deadlines, the
-// connection and now in, the worker.expired events to append out. It runs
+// connection c and now in, the worker.expired events to append out. It runs
 // in a decision, so on the term's loop, which owns the deadlines.
-func (wd *workerDuty) collectExpired(v *projections.State) []events.Payload {
-	return wd.live.expire(v, connState(wd.cfg.NC), wd.cfg.Clock.Now())
+func (wd *workerDuty) collectExpired(v *projections.State, c decide.Conn, now time.Time) []events.Payload {
+	return wd.live.expire(v, c, now)
 }
 
 // termLoop is the one goroutine that owns a leader term's mutable state,

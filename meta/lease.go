@@ -139,7 +139,7 @@ func openLeaseBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.
 func (l *KVLease) Acquire(ctx context.Context, holder string) (uint64, error) {
 	rev, err := l.kv.Create(ctx, LeaseKey, []byte(holder))
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, ErrLeaseHeld
+		return 0, l.held(ctx)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("acquire lease: %w", err)
@@ -148,6 +148,35 @@ func (l *KVLease) Acquire(ctx context.Context, holder string) (uint64, error) {
 	l.holder, l.term, l.rev = holder, rev, rev
 	l.mu.Unlock()
 	return rev, nil
+}
+
+// LeaseHeldError is ErrLeaseHeld with what the bucket says of the lease
+// that is held: its holder and when the server stored its last renewal (on
+// the server's clock). A campaign uses Renewed only to time its next try
+// (CampaignWait): the server decides when the lease is free.
+type LeaseHeldError struct {
+	Holder  string
+	Renewed time.Time // zero: unknown
+}
+
+func (e *LeaseHeldError) Error() string {
+	if e.Renewed.IsZero() {
+		return ErrLeaseHeld.Error()
+	}
+	return fmt.Sprintf("%v (%s, renewed at %s)", ErrLeaseHeld, e.Holder, e.Renewed.UTC().Format("15:04:05.000"))
+}
+
+func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
+
+// held is the error of a Create refused because the key exists: the
+// holder's last renewal read from the bucket, or a bare ErrLeaseHeld when
+// it cannot be read (it is only a hint).
+func (l *KVLease) held(ctx context.Context) error {
+	e, err := l.kv.Get(ctx, LeaseKey)
+	if err != nil {
+		return &LeaseHeldError{}
+	}
+	return &LeaseHeldError{Holder: string(e.Value()), Renewed: e.Created()}
 }
 
 // Renew implements Lease. It is KV Update(rev), published with the

@@ -154,8 +154,9 @@ type Replica struct {
 	fenced     atomic.Uint64
 	stale      atomic.Uint64 // appends not sent: the lease was last renewed too long ago
 	heartbeats atomic.Uint64
-	leaving    atomic.Bool // the NATS server is in lame-duck mode (ServerLeaving)
-	tail       atomicTail  // the stream's tail as sampleTail last read it
+	leaving    atomic.Bool  // the NATS server is in lame-duck mode (ServerLeaving)
+	tail       atomicTail   // the stream's tail as sampleTail last read it
+	moves      *streamMoves // the event stream's leader elections (Run subscribes)
 }
 
 // atomicTail is a stream tail and when it was read.
@@ -235,6 +236,7 @@ func New(cfg Config) (*Replica, error) {
 		log:      lg,
 		proj:     view.NewProjector(cfg.Log, lg, cfg.Clock, projectorOptions(cfg)...),
 		stepDown: make(chan struct{}, 1),
+		moves:    newStreamMoves(),
 	}, nil
 }
 
@@ -288,6 +290,14 @@ func (r *Replica) StepDown() {
 // Run projects the stream and campaigns for the lease until ctx is done. It
 // returns only after every goroutine it started has ended.
 func (r *Replica) Run(ctx context.Context) error {
+	if r.cfg.NC != nil {
+		stop, err := r.moves.watch(r.cfg.NC, r.cfg.Cluster, r.log)
+		if err != nil {
+			// Appends still resend, after their attempt: say so, go on.
+			r.log.Warn().Err(err).Msg("no subscription to the event stream's leader elections: an unanswered append is sent again after its attempt only")
+		}
+		defer stop()
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -301,32 +311,6 @@ func (r *Replica) Run(ctx context.Context) error {
 	defer wg.Wait()
 	r.campaign(ctx)
 	return nil
-}
-
-// campaign takes the lease whenever it is free and leads under it, until
-// ctx is done.
-func (r *Replica) campaign(ctx context.Context) {
-	// Followers try every lease/6: a lapsed lease is taken within that
-	// much of its expiry (the server drops the key about TTL after the
-	// last renewal, with no notification to watch for).
-	retry := r.cfg.LeaseTTL / 6
-	for ctx.Err() == nil {
-		// Each attempt bounded: a lease bucket electing a leader leaves a
-		// request unanswered however long one waits, and answers the next
-		// one once it has a leader.
-		actx, acancel := context.WithTimeout(ctx, max(r.cfg.LeaseTTL/3, time.Second))
-		lease, err := r.cfg.Lease.Acquire(actx, r.cfg.ID)
-		acancel()
-		switch {
-		case err == nil:
-			r.leadThenFollow(ctx, lease)
-			continue
-		case errors.Is(err, ErrLeaseHeld):
-		case ctx.Err() == nil:
-			r.log.Warn().Err(err).Msg("campaign failed")
-		}
-		r.sleep(ctx, retry)
-	}
 }
 
 // leadThenFollow leads one term under lease and says why it ended; after a

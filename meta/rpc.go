@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -142,7 +143,10 @@ func termEnded() client.Reply {
 // append (the expiry must not decide on deadlines whose renewals are
 // queued). No handler outlives serve, and what is still queued when it
 // ends is answered "not the leader", so each client asks the next leader
-// at once instead of waiting out its request timeout.
+// at once instead of waiting out its request timeout. Until the server has
+// taken the drain's unsubscribe, a request that still arrives is answered
+// "not the leader" by the subscription's callback, after serve returned:
+// that callback only answers, it never handles.
 func (s *rpcServer) serve(ctx context.Context) {
 	if s.nc == nil {
 		return
@@ -161,8 +165,46 @@ func (s *rpcServer) serve(ctx context.Context) {
 	}
 	s.serveQueue(ctx, appends)
 	wg.Wait()
-	_ = sub.Unsubscribe()
+	s.drain(sub)
 	s.answerQueued(appends, memory)
+}
+
+// drainWait bounds how long a term's end waits for its RPC subscription
+// to hand over what the connection had already taken in.
+const drainWait = time.Second
+
+// drain ends the term's subscription without dropping what the connection
+// had already taken in: Drain tells the server to send no more, and every
+// request still pending in the client goes through enqueue, which answers
+// it "not the leader" (the term ended), so its client asks the next leader
+// at once. An Unsubscribe would drop them unanswered, each to wait out its
+// request timeout. It waits for the client's pending count, not for the
+// drain's end: that needs the server's answer to a flush, which a leader
+// cut from NATS never gets (and a term's end must not wait on NATS: the
+// partition scenarios time it against the lease). The pending count drops
+// after a callback returns, so at 0 no callback that saw the term still
+// running can queue a request behind answerQueued; later ones see it ended
+// and answer at once.
+func (s *rpcServer) drain(sub *nats.Subscription) {
+	if err := sub.Drain(); err != nil {
+		_ = sub.Unsubscribe()
+		return
+	}
+	deadline := time.Now().Add(drainWait)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, _, err := sub.Pending()
+		if err != nil || n == 0 {
+			return // closed (drained), or nothing left in the client
+		}
+		if time.Now().After(deadline) {
+			s.logger.Warn().Int("pending", n).Dur("after", drainWait).Msg("the term's RPC subscription still had requests pending at its end; dropped unanswered")
+			_ = sub.Unsubscribe()
+			return
+		}
+		<-tick.C
+	}
 }
 
 // enqueue queues request m for a handler, or answers it at once: the term
@@ -203,7 +245,8 @@ func (s *rpcServer) serveQueue(ctx context.Context, q <-chan *nats.Msg) {
 
 // serveMemory handles the requests answered from memory until ctx is done:
 // each one with those waiting behind it (up to memoryBatch), each RPC's
-// together by its row's serveMany, replies in arrival order.
+// together by its row's serveMany (RPCs in the order of their first
+// request, each RPC's replies in arrival order).
 func (s *rpcServer) serveMemory(ctx context.Context, q <-chan *nats.Msg) {
 	for {
 		if ctx.Err() != nil {
@@ -234,6 +277,7 @@ func (s *rpcServer) serveMemory(ctx context.Context, q <-chan *nats.Msg) {
 // answered its own reply.
 func (s *rpcServer) serveBatch(batch []*nats.Msg, respond func(*nats.Msg, client.Reply)) {
 	byName := map[string][]int{}
+	var names []string // in the order of each RPC's first request
 	reqs := make([]any, len(batch))
 	for i, m := range batch {
 		name := strings.TrimPrefix(m.Subject, s.prefix)
@@ -243,9 +287,13 @@ func (s *rpcServer) serveBatch(batch []*nats.Msg, respond func(*nats.Msg, client
 			continue
 		}
 		reqs[i] = req
+		if _, seen := byName[name]; !seen {
+			names = append(names, name)
+		}
 		byName[name] = append(byName[name], i)
 	}
-	for name, idx := range byName {
+	for _, name := range names {
+		idx := byName[name]
 		in := make([]any, len(idx))
 		for j, i := range idx {
 			in[j] = reqs[i]

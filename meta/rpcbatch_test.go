@@ -53,3 +53,29 @@ func TestMemoryBatchAnswersEachItsOwn(t *testing.T) {
 		t.Errorf("the request that does not decode: %+v, want bad_request", rep)
 	}
 }
+
+// TestMemoryBatchServesRPCsInArrivalOrder: with two RPCs answered from
+// memory in one batch, the RPC whose request came first is served first.
+func TestMemoryBatchServesRPCsInArrivalOrder(t *testing.T) {
+	var order []string
+	serving := func(name string) rpcRow {
+		return memoryRow(client.DecodeWorkerRef, func(refs []client.WorkerRef) []client.Reply {
+			order = append(order, name)
+			return make([]client.Reply, len(refs))
+		})
+	}
+	s := &rpcServer{prefix: "termlog.rpc.", logger: zerolog.Nop(), rows: map[string]rpcRow{"a": serving("a"), "b": serving("b"), "c": serving("c")}}
+	var batch []*nats.Msg
+	for _, name := range []string{"c", "a", "c", "b", "a"} {
+		m := nats.NewMsg("termlog.rpc." + name)
+		m.Data, _ = json.Marshal(client.WorkerRef{ID: 1, Epoch: 2, Incarnation: "i"})
+		batch = append(batch, m)
+	}
+	for range 20 { // a map's order differs from run to run
+		order = nil
+		s.serveBatch(batch, func(*nats.Msg, client.Reply) {})
+		if fmt.Sprint(order) != "[c a b]" {
+			t.Fatalf("served %v, want [c a b]: each RPC in the order of its first request", order)
+		}
+	}
+}

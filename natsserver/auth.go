@@ -285,8 +285,9 @@ func Permissions(cluster string, r Role, pub string) *server.Permissions {
 		allow = append(allow, kvReader(health)...)
 		allow = append(allow, snapshotReader(cluster)...)
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: allow},
-			Subscribe: &server.SubjectPermission{Allow: []string{wire.RPCWildcard(cluster), inbox}},
+			Publish: &server.SubjectPermission{Allow: allow},
+			// The stream's leader elections: appends in flight are sent again at once.
+			Subscribe: &server.SubjectPermission{Allow: []string{wire.RPCWildcard(cluster), inbox, wire.StreamLeaderElected(cluster)}},
 			Response:  respond,
 		}
 	case RoleWorker:

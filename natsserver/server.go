@@ -278,7 +278,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	opts.LameDuckDuration = cfg.LameDuck
 	// Must be > 0 (0 is 10 s) and < the duration: no client is closed
 	// before it (400ms by default), so a client that moves by itself on the
-	// notice (meta.Replica.ServerLeaving: 300ms) always moves first.
+	// notice (meta.Replica.ServerLeaving: at most 300ms) always moves first.
 	opts.LameDuckGracePeriod = cfg.LameDuck / 10
 	if cfg.clustered() {
 		cport := cfg.ClusterPort

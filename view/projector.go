@@ -33,7 +33,22 @@ type Projector struct {
 
 	snaps  events.SnapshotStore // nil: always fold from the state given
 	origin Origin
+
+	// resume ends Run's reading session, which then starts a new one at
+	// the next seq at once (nil between sessions); kicked: it was called
+	// in this session already (AwaitStored).
+	resume context.CancelFunc
+	kicked bool
 }
+
+// StoredStall is how long AwaitStored lets the fold make no progress
+// towards a seq the log is known to hold before it reads again on a new
+// session. A reader's session can be lost without a word: JetStream drops
+// the pull requests of a consumer whose server leaves (lame duck or
+// crash), and the client notices only when two idle heartbeats are missed
+// (2 s here; nats.go allows no less than 1 s). On a healthy stream an
+// appended event is folded within milliseconds of its ack.
+const StoredStall = 300 * time.Millisecond
 
 // seqWaiter is an AwaitSeq call waiting for seq.
 type seqWaiter struct {
@@ -80,13 +95,25 @@ func (p *Projector) Run(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
 	for {
 		from := p.Seq() + 1
-		err := p.log.Watch(ctx, from, func(rec events.Record) error {
+		sctx, resume := context.WithCancel(ctx)
+		p.mu.Lock()
+		p.resume, p.kicked = resume, false
+		p.mu.Unlock()
+		err := p.log.Watch(sctx, from, func(rec events.Record) error {
 			p.apply(rec)
 			backoff = 50 * time.Millisecond
 			return nil
 		})
+		p.mu.Lock()
+		p.resume = nil
+		kicked := p.kicked // read before resume() below ends sctx in every case
+		p.mu.Unlock()
+		resume()
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if kicked {
+			continue // AwaitStored ended the session: a new one at once (an error it ended with comes again)
 		}
 		if errors.Is(err, events.ErrCompacted) && p.dropSnapshot(err) {
 			continue // a full fold, at once
@@ -211,6 +238,20 @@ func (p *Projector) WaitSeq(ctx context.Context, seq uint64) (*projections.State
 // AwaitSeq blocks until the state has folded seq, without making a view.
 // It is woken once, when seq is folded, not on every event before it.
 func (p *Projector) AwaitSeq(ctx context.Context, seq uint64) error {
+	return p.await(ctx, seq, false)
+}
+
+// AwaitStored is AwaitSeq for a seq the log is known to hold (an append
+// of it was acknowledged). When the fold makes no progress towards it for
+// StoredStall, the reading session is taken for lost: it ends, and a new
+// one starts at the next seq at once (once per session, however many
+// wait). A fold that moves, however slowly (a burst), is left alone.
+func (p *Projector) AwaitStored(ctx context.Context, seq uint64) error {
+	return p.await(ctx, seq, true)
+}
+
+// await waits for seq as AwaitSeq does; stored: as AwaitStored does.
+func (p *Projector) await(ctx context.Context, seq uint64, stored bool) error {
 	p.mu.Lock()
 	if p.state.Seq >= seq {
 		p.mu.Unlock()
@@ -218,20 +259,51 @@ func (p *Projector) AwaitSeq(ctx context.Context, seq uint64) error {
 	}
 	w := &seqWaiter{seq: seq, done: make(chan struct{})}
 	heap.Push(&p.waiters, w)
+	at := p.state.Seq
 	p.mu.Unlock()
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		i := slices.Index(p.waiters, w)
-		if i < 0 {
-			return nil // folded meanwhile
+	for {
+		var stall <-chan time.Time // nil: never, for a seq not known to be stored
+		if stored {
+			stall = p.clock.After(StoredStall)
 		}
-		heap.Remove(&p.waiters, i)
-		return ctx.Err()
+		select {
+		case <-w.done:
+			return nil
+		case <-ctx.Done():
+			return p.withdraw(w, ctx.Err())
+		case <-stall:
+			at = p.kickIfStalled(at, seq)
+		}
 	}
+}
+
+// kickIfStalled ends the reading session when the fold is still at at,
+// below seq, and returns where the fold is.
+func (p *Projector) kickIfStalled(at, seq uint64) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.state.Seq
+	if now != at || now >= seq || p.resume == nil || p.kicked {
+		return now
+	}
+	p.kicked = true
+	p.logger.Info().Uint64("seq", now).Uint64("stored", seq).Dur("stalled", StoredStall).
+		Msg("the log holds an event the reader has not delivered: reading again on a new session")
+	p.resume()
+	return now
+}
+
+// withdraw removes waiter w after its caller gave up with err; nil when
+// its seq was folded meanwhile.
+func (p *Projector) withdraw(w *seqWaiter, err error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.waiters, w)
+	if i < 0 {
+		return nil // folded meanwhile
+	}
+	heap.Remove(&p.waiters, i)
+	return err
 }
 
 // Peek calls fn with the live state, holding the fold still meanwhile: fn
@@ -250,7 +322,8 @@ func (p *Projector) CatchUp(ctx context.Context) (*projections.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.WaitSeq(ctx, tail)
+	err = p.AwaitStored(ctx, tail)
+	return p.View(), err
 }
 
 // ErrNotProjected is returned by Load when the log could not be read.

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/termlog/termlog/events"
+	"github.com/termlog/termlog/internal/clock"
 	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/view"
 )
@@ -156,5 +157,124 @@ func TestAwaitSeq(t *testing.T) {
 	}
 	if err := p.AwaitSeq(ctx, 5); err != nil {
 		t.Fatalf("AwaitSeq of a folded seq = %v", err)
+	}
+}
+
+// losingLog is a MemLog whose first Watch session goes silent after it
+// has delivered lose records, as a JetStream reader whose consumer left
+// with its server: nothing is delivered and nothing is said until its
+// context ends. Later sessions deliver as usual.
+type losingLog struct {
+	*events.MemLog
+	lose     int
+	mu       sync.Mutex
+	sessions int
+}
+
+func (l *losingLog) Watch(ctx context.Context, from uint64, fn func(events.Record) error) error {
+	l.mu.Lock()
+	l.sessions++
+	first := l.sessions == 1
+	l.mu.Unlock()
+	if !first {
+		return l.MemLog.Watch(ctx, from, fn)
+	}
+	n := 0
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	err := l.MemLog.Watch(wctx, from, func(r events.Record) error {
+		if n == l.lose {
+			stop() // silent from here
+			return nil
+		}
+		n++
+		return fn(r)
+	})
+	<-ctx.Done()
+	_ = err
+	return ctx.Err()
+}
+
+func (l *losingLog) Sessions() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sessions
+}
+
+// TestAwaitStoredReadsAgainWhenTheSessionIsLost: a reading session that
+// goes silent while the log holds the seq awaited is ended after
+// StoredStall without progress, and a new one delivers it; AwaitSeq (a seq
+// not known to be stored) and a fold that moves are left alone.
+func TestAwaitStoredReadsAgainWhenTheSessionIsLost(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	clk := clock.NewManual(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	log := &losingLog{MemLog: events.NewMemLog(), lose: 2}
+	p := view.NewProjector(log, zerolog.Nop(), clk)
+	ctx, stop := startProjector(t.Context(), p)
+	defer stop()
+	for term := uint64(1); term <= 3; term++ {
+		appendTerm(t, log.MemLog, term)
+	}
+	testkit.Eventually(t, 10*time.Second, "seq 2 folded", func() bool { return p.Seq() == 2 })
+
+	done := make(chan error, 1)
+	go func() { done <- p.AwaitStored(ctx, 3) }()
+	testkit.Eventually(t, 10*time.Second, "AwaitStored waits on the clock", func() bool { return clk.Waiters() > 0 })
+	select {
+	case err := <-done:
+		t.Fatalf("AwaitStored(3) returned %v at seq %d before any stall", err, p.Seq())
+	default:
+	}
+	clk.Advance(view.StoredStall)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("AwaitStored(3) still waiting at seq %d after a stall of %s (%d sessions): the lost session was not ended", p.Seq(), view.StoredStall, log.Sessions())
+	}
+	if n := log.Sessions(); n != 2 {
+		t.Fatalf("%d reading sessions, want 2 (one ended for the stall)", n)
+	}
+	// The new session delivers as usual: no more sessions for a seq that
+	// comes later, however long the clock runs.
+	go func() { done <- p.AwaitSeq(ctx, 4) }()
+	clk.Advance(10 * view.StoredStall)
+	appendTerm(t, log.MemLog, 4)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := log.Sessions(); n != 2 {
+		t.Fatalf("%d reading sessions after a healthy wait, want 2", n)
+	}
+}
+
+// TestAwaitStoredLeavesAMovingFoldAlone: a fold behind the seq awaited but
+// moving at every stall check (a burst) keeps its reading session.
+func TestAwaitStoredLeavesAMovingFoldAlone(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	clk := clock.NewManual(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	log := &losingLog{MemLog: events.NewMemLog(), lose: 1 << 30}
+	p := view.NewProjector(log, zerolog.Nop(), clk)
+	ctx, stop := startProjector(t.Context(), p)
+	defer stop()
+	appendTerm(t, log.MemLog, 1)
+	testkit.Eventually(t, 10*time.Second, "seq 1 folded", func() bool { return p.Seq() == 1 })
+	done := make(chan error, 1)
+	go func() { done <- p.AwaitStored(ctx, 6) }() // stored soon: the test appends it
+	for term := uint64(2); term <= 6; term++ {
+		testkit.Eventually(t, 10*time.Second, "AwaitStored waits on the clock", func() bool { return clk.Waiters() > 0 })
+		appendTerm(t, log.MemLog, term)
+		testkit.Eventually(t, 10*time.Second, "folded", func() bool { return p.Seq() == term })
+		if term < 6 {
+			clk.Advance(view.StoredStall)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := log.Sessions(); n != 1 {
+		t.Fatalf("%d reading sessions, want 1: a moving fold was read again", n)
 	}
 }

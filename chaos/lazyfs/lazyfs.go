@@ -127,6 +127,9 @@ func (r CrashReport) String() string {
 // Stats counts what a mount saw (since New).
 type Stats struct {
 	Writes, Fsyncs, DirFsyncs, Crashes int
+	// Detached: crashes that found the mount busy with no live process
+	// holding it, and detached it (MNT_DETACH) instead of unmounting.
+	Detached int
 }
 
 type kind int
@@ -178,6 +181,10 @@ type FS struct {
 	trashN int
 	stats  Stats
 	closed bool
+	// detached: servers of mounts Crash detached (the kernel held them
+	// busy); Close joins them. Only Crash and Close touch it (one caller
+	// at a time, the test's).
+	detached []*fuse.Server
 }
 
 // mountGen is one mount's life: after Crash or Close its nodes refuse
@@ -225,7 +232,9 @@ func (f *FS) mount() error {
 		MountOptions: fuse.MountOptions{
 			FsName: "lazyfs:" + f.Backing, Name: "lazyfs",
 			// As root go-fuse mounts with mount(2) itself: no fusermount.
-			DirectMount: os.Geteuid() == 0,
+			// Strict: an unmount that fails says why (EBUSY), instead
+			// of falling back to a fusermount that is not installed.
+			DirectMount: os.Geteuid() == 0, DirectMountStrict: os.Geteuid() == 0,
 			// go-fuse never asks for the kernel's writeback cache, so a
 			// write reaches this process before write(2) returns: the
 			// kernel keeps no dirty pages of its own for the mount.
@@ -277,23 +286,62 @@ func (f *FS) unmount() error {
 		return nil
 	}
 	if err := srv.Unmount(); err != nil {
-		return fmt.Errorf("lazyfs: unmount %s (is a process still using it?): %w", f.Mountpoint, err)
+		return fmt.Errorf("lazyfs: unmount %s: %w (%s)", f.Mountpoint, err, describeHolders(holders(f.Mountpoint)))
 	}
-	// A request the kernel handed over before the unmount and that has
-	// not taken the lock yet is refused from here on.
+	f.kill()
+	return nil
+}
+
+// kill ends the current mount's generation, and returns its server: a
+// request the kernel handed over before the unmount, and that has not
+// taken the lock yet, is refused from here on.
+func (f *FS) kill() *fuse.Server {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	srv := f.srv
 	f.srv = nil
 	f.gen.dead = true
+	return srv
+}
+
+// detach ends the current mount when the kernel still counts it busy
+// although no process that could still act holds anything under it (the
+// killed process's last references, which the kernel lets go of on its
+// own time: ci11 and ci29 saw a mount busy for seconds after its only
+// user was reaped). The generation dies first, so whatever still reaches
+// the old mount changes nothing; then the mount is detached (MNT_DETACH)
+// and its server is joined when the kernel lets go (Close). A power loss
+// does not wait for the kernel either.
+func (f *FS) detach(cause error) error {
+	hs := holders(f.Mountpoint)
+	for _, h := range hs {
+		if h.live() {
+			return fmt.Errorf("%w; a process that can still act holds it: %s", cause, h)
+		}
+	}
+	f.detached = append(f.detached, f.kill())
+	f.mu.Lock()
+	f.stats.Detached++
 	f.mu.Unlock()
+	if err := unix.Unmount(f.Mountpoint, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("%w; detaching it failed too: %v", cause, err)
+	}
 	return nil
 }
 
 // Crash simulates a power loss: it unmounts (the processes using the
 // mount must be dead: kill them first, as power loss does), undoes every
-// change that was not durable, newest first, and mounts again.
+// change that was not durable, newest first, and mounts again. A mount
+// the kernel still counts busy with no live process holding it is
+// detached instead (see detach); one a live process holds is refused.
 func (f *FS) Crash(o CrashOptions) (CrashReport, error) {
 	if err := f.unmount(); err != nil {
-		return CrashReport{}, err
+		if !errors.Is(err, syscall.EBUSY) || os.Geteuid() != 0 {
+			return CrashReport{}, err
+		}
+		if err := f.detach(err); err != nil {
+			return CrashReport{}, err
+		}
 	}
 	f.mu.Lock()
 	rep := f.rollback(o)
@@ -307,6 +355,8 @@ func (f *FS) Crash(o CrashOptions) (CrashReport, error) {
 
 // Close unmounts (lazily, MNT_DETACH, if a process still holds it) and
 // keeps the backing files as they are (everything counts as durable).
+// It joins the servers of detached mounts, waiting up to 10 s for the
+// kernel to let go of them.
 func (f *FS) Close() error {
 	f.mu.Lock()
 	if f.closed {
@@ -315,13 +365,22 @@ func (f *FS) Close() error {
 	}
 	f.closed = true
 	f.mu.Unlock()
+	var errs []error
 	if err := f.unmount(); err != nil {
 		if derr := unix.Unmount(f.Mountpoint, unix.MNT_DETACH); derr != nil {
-			return errors.Join(err, derr)
+			errs = append(errs, err, derr)
 		}
-		return nil
 	}
-	return nil
+	for _, srv := range f.detached {
+		done := make(chan struct{})
+		go func() { srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			errs = append(errs, fmt.Errorf("lazyfs: the server of a mount detached at %s still serves 10s after Close: the kernel holds it (%s)", f.Mountpoint, describeHolders(holders(f.Mountpoint))))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Stats returns the mount's counters.

@@ -27,6 +27,7 @@ baseline on the same server:
   catchup    a new replica's Projector catching up from a snapshot vs from seq 1
   append     fenced appends (in groups as under a burst, and one at a time) vs raw async and sync publish; p50/p99
   sync       fenced appends and the registration burst on a server with --sync always vs one with --sync interval
+             (its grouped series: --appends events, at least 100,000)
   register   N workers registering at once against 3 meta replicas vs a trivial responder
   heartbeat  leader CPU and p99 reply latency with N workers at 1 Hz vs a trivial responder
   failover   leader killed -> term.started -> barrier recovery complete vs a raw lease handover
@@ -95,6 +96,7 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.DurationVar(&cfg.HeartbeatFor, "heartbeat-for", cfg.HeartbeatFor, "heartbeat measuring window (once for the leader, once for the baseline)")
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "meta lease (the failover target is lease + 1 s)")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "write a CPU profile of each measured phase into this directory (go tool pprof)")
+	f.StringVar(&cfg.Dir, "keep-dir", "", "keep the servers' data and the logs (nodeloss-nats.log, nodeloss-meta.log) in this directory instead of a temporary one removed at the end")
 	f.DurationVar(&cfg.BurstTimeout, "burst-timeout", cfg.BurstTimeout, "bound of the registration burst; a burst cut short is reported as partial")
 	f.IntSliceVar(&cfg.Scale, "scale", bench.DefaultScale, "scale: worker counts, each run on every --scale-replicas configuration")
 	f.IntSliceVar(&cfg.ScaleReplicas, "scale-replicas", []int{1, 3}, "scale: server configurations (1: one node, 3: a 3-node cluster)")

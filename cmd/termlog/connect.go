@@ -49,17 +49,51 @@ func (g *globals) dialSession(name string, role natsserver.Role) (*session, erro
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]nats.Option{nats.Name(name), nats.Timeout(g.timeout),
+	opts := append([]nats.Option{nats.Name(name),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { s.asyncError(err) }),
 		// Said once by the command's error, not by the client.
 		nats.DisconnectErrHandler(func(*nats.Conn, error) {}),
 	}, ro...)
-	nc, err := nats.Connect(g.natsURL, opts...)
+	nc, err := dialWithin(g.natsURL, g.timeout, opts)
 	if err != nil {
 		return nil, connectError(g.natsURL, role, s.key, g.timeout, err)
 	}
 	s.nc = nc
 	return s, nil
+}
+
+// connectAttempt bounds an interactive command's first try of each server
+// of --nats. nats.go gives each server the whole connect timeout, and a
+// frozen node (SIGSTOP, a hung VM) accepts the TCP connection, its kernel
+// does that, but never sends its INFO: a status whose random pick was
+// that node waited the whole --timeout (5 s) before it tried the next one
+// (measured: 3 of 9 runs against 3 termlog nats nodes, one stopped).
+const connectAttempt = time.Second
+
+// dialWithin connects to urls within timeout: first each server for at
+// most connectAttempt, then, if that timed out, each for what is left of
+// timeout (a slow link or a loaded server may need longer than
+// connectAttempt for its TLS handshake and INFO).
+func dialWithin(urls string, timeout time.Duration, opts []nats.Option) (*nats.Conn, error) {
+	start := time.Now()
+	first := min(timeout, connectAttempt)
+	nc, err := nats.Connect(urls, append(opts, nats.Timeout(first))...)
+	if err == nil || !connectTimedOut(err) {
+		return nc, err
+	}
+	left := timeout - time.Since(start)
+	if left <= first/2 {
+		return nil, err
+	}
+	return nats.Connect(urls, append(opts, nats.Timeout(left))...)
+}
+
+// connectTimedOut: a server of the list did not answer in time (the other
+// failures, a refusal or wrong credentials, are the same on a second try).
+func connectTimedOut(err error) bool {
+	var opErr *net.OpError
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &opErr) && opErr.Timeout() ||
+		errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 func (s *session) Close() { s.nc.Close() }
@@ -230,7 +264,6 @@ func connectError(url string, role natsserver.Role, key string, timeout time.Dur
 	if key != "" {
 		who += " (key " + key + ")"
 	}
-	var opErr *net.OpError
 	switch {
 	case errors.Is(err, nats.ErrAuthorization):
 		return fmt.Errorf("connect %s %s: wrong credentials (%v): pass the auth dir the server was started with (--auth-dir DIR; `termlog up` and `termlog nats` print it) or --creds FILE", url, who, err)
@@ -238,7 +271,7 @@ func connectError(url string, role natsserver.Role, key string, timeout time.Dur
 		return fmt.Errorf("connect %s %s: %v: the server uses TLS: pass --tls-ca with its CA (DIR/tls/%s)", url, who, err, natsserver.TLSCAFile)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("connect %s: nothing is listening there (connection refused): start NATS (`termlog up` or `termlog nats`) or point --nats ($TERMLOG_NATS) at it", url)
-	case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &opErr) && opErr.Timeout():
+	case connectTimedOut(err):
 		return fmt.Errorf("connect %s: no answer within --timeout %s: is the address right?", url, timeout)
 	case errors.Is(err, nats.ErrNoServers):
 		if refused(url, timeout) {

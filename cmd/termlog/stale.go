@@ -250,6 +250,16 @@ func (s watchedSnapshots) Get(ctx context.Context, name string) ([]byte, error) 
 // answered by one server only (a stream's leader, the JetStream meta
 // leader); while its Raft group elects after a node was lost, nobody does.
 func probe(ctx context.Context, nc *nats.Conn, cluster string, step readStep, l *natslog.Log) string {
+	// A fold waiting for its reader's consumer waits on a create: after a
+	// node's loss the JetStream meta leader may answer account info and
+	// still leave creates unanswered (the consumer placed on the lost
+	// node), for 1-3 s, while a long Read cannot read by get. A create
+	// unanswered this long is that leader silent.
+	if step == stepFold && l != nil {
+		if w := l.ConsumerWait(); w >= staleAfter/2 {
+			return fmt.Sprintf("the JetStream meta leader (it creates the reader's consumer: one asked for %s ago is not made yet)", w.Round(10*time.Millisecond))
+		}
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return ""

@@ -11,7 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/events/natslog"
+	"github.com/termlog/termlog/events/natslog/natslogtest"
 	"github.com/termlog/termlog/internal/testkit"
 	"github.com/termlog/termlog/natsserver"
 )
@@ -91,4 +93,36 @@ func adminJetStream(t *testing.T, url, auth string) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// The watchdog's probe of a fold counts a reader's consumer create left
+// unanswered for staleAfter/2 as the JetStream meta leader silent, though
+// account info and the stream's leader answer (after a follower node's
+// crash, status waited its whole 2·staleAfter there: 1.04-1.27 s). Here
+// the reader's user may not create consumers, so its creates go
+// unanswered, and its Read is too long to read by get.
+func TestProbeCountsAnUnansweredConsumerCreate(t *testing.T) {
+	rnc := natslogtest.StreamDenyingConsumerCreates(t, "probe", 1500) // more than a Read may fetch by get
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	reader, err := natslog.Open(ctx, rnc, natslog.Config{Cluster: "probe", Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who := probe(ctx, rnc, "probe", stepFold, reader); who != "" {
+		t.Fatalf("probe before any read: %q silent, want none", who)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- reader.Read(rctx, 1, func(events.Record) error { return nil }) }()
+	defer func() { rcancel(); <-done }()
+	var who string
+	testkit.Eventually(t, 10*time.Second, "the probe naming the unanswered create", func() bool {
+		who = probe(ctx, rnc, "probe", stepFold, reader)
+		return who != ""
+	})
+	if !strings.Contains(who, "the JetStream meta leader (it creates the reader's consumer") {
+		t.Fatalf("probe: %q silent, want the JetStream meta leader for the create", who)
+	}
+	t.Logf("probe: %s", who)
 }

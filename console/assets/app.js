@@ -33,27 +33,20 @@
     });
   }
 
-  // The red banner: every shard without a Raft quorum or leader, with what
-  // to do (the README's runbook, "When the console shows a red banner").
+  // The red banner: what the console's banners decided (console/banner.go),
+  // each with what to do (the README's runbook, "When the console shows a
+  // red banner").
   function drawBanner(st) {
-    var rec = st.health && st.health.record, out = [];
-    if (!st.lease_holder && !st.lease_error) {
-      out.push('<p><b>No meta leader holds the lease.</b> Check that at least one <code>termlog meta run</code> replica is up and reaches NATS; a new leader takes over within a lease.</p>');
-    }
-    if (rec && rec.shards) {
-      rec.shards.forEach(function (sh) {
-        var quorum = Math.floor(sh.expected / 2) + 1;
-        var running = sh.running || 0;
-        var run = {}, stopped = [];
-        (sh.running_replicas || []).forEach(function (r) { run[r] = true; });
-        Object.keys(sh.members || {}).sort(function (a, b) { return a - b; }).forEach(function (r) { if (!run[r]) stopped.push(r + '@' + sh.members[r]); });
-        if (running < quorum) {
-          out.push('<p><b>Shard ' + esc(sh.shard) + ' has no quorum: ' + running + ' of ' + esc(sh.expected) + ' replicas running.</b> No config change is proposed until a quorum runs, and Raft cannot commit. Bring back the stores of its stopped replicas (' + esc(stopped.join(' ')) + ') with their data dirs: a stopped store rejoins with its replicas; see the README, <i>When the console shows a red banner</i>.</p>');
-        } else if (!sh.leader) {
-          out.push('<p><b>Shard ' + esc(sh.shard) + ' has no Raft leader.</b> Its running replicas know none: check the stores\' Raft addresses and logs; an election normally ends within seconds.</p>');
-        }
-      });
-    }
+    var out = [];
+    (st.banners || []).forEach(function (b) {
+      if (b.kind === 'no-leader') {
+        out.push('<p><b>No meta leader holds the lease.</b> Check that at least one <code>termlog meta run</code> replica is up and reaches NATS; a new leader takes over within a lease.</p>');
+      } else if (b.kind === 'no-quorum') {
+        out.push('<p><b>Shard ' + esc(b.shard) + ' has no quorum: ' + esc(b.running || 0) + ' of ' + esc(b.expected) + ' replicas running.</b> No config change is proposed until a quorum runs, and Raft cannot commit. Bring back the stores of its stopped replicas (' + esc((b.stopped || []).join(' ')) + ') with their data dirs: a stopped store rejoins with its replicas; see the README, <i>When the console shows a red banner</i>.</p>');
+      } else if (b.kind === 'no-raft-leader') {
+        out.push('<p><b>Shard ' + esc(b.shard) + ' has no Raft leader.</b> Its running replicas know none: check the stores\' Raft addresses and logs; an election normally ends within seconds.</p>');
+      }
+    });
     banner.innerHTML = out.length ? '<div class="banner" id="red-banner">' + out.join('') + '</div>' : '';
   }
   function header(st) {
@@ -146,7 +139,8 @@
         (hh.running_replicas || []).forEach(function (r) { running[r] = true; });
         var ids = Object.keys(s.members || {}).sort(function (a, b) { return a - b; });
         ids.forEach(function (r, i) {
-          var run = hh.shard ? (running[r] ? '<span class="pill ok">running</span>' : '<span class="pill bad">not running</span>') : '<span class="pill">unknown</span>';
+          var run = !hh.shard ? '<span class="pill">unknown</span>' : running[r] ? '<span class="pill ok">running</span>' :
+            (sh.collecting || []).indexOf(s.members[r]) >= 0 ? '<span class="pill warn" title="the leader has not heard from this store yet this term">not heard yet</span>' : '<span class="pill bad">not running</span>';
           h.push('<tr data-shard="' + esc(s.id) + '" data-replica="' + esc(r) + '"><td>' + (i === 0 ? '<b>' + esc(s.id) + '</b> ' + (hh.shard ? esc(hh.running) + '/' + esc(hh.expected) : '') : '') + '</td><td>' + esc(r) + '</td><td>' + esc(s.members[r]) + '</td><td class="replica-state">' + run + '</td><td>' + (+r === hh.leader ? '<span class="pill ok">leader</span>' + (hh.raft_term ? ' raft term ' + esc(hh.raft_term) : '') : '') + '</td>' +
             '<td>' + (i === 0 ? esc(s.ccid) : '') + '</td><td>' + (i === 0 ? esc(s.operator ? s.operator + (hh.step ? ' (' + hh.step + ')' : '') : '-') : '') + '</td><td>' + (i === 0 ? esc((hh.pending || []).join(', ') || '-') : '') + '</td><td>' + (i === 0 ? esc(s.blocked || hh.why || (hh.healthy ? 'healthy' : '-')) : '') + '</td></tr>');
         });

@@ -36,8 +36,15 @@ import (
 
 const (
 	// consumerFallbackAfter bounds a session's consumer creation before
-	// it reads by message get instead (trying on in the background).
-	consumerFallbackAfter = requestAttempt
+	// it reads by message get instead (trying on in the background). It
+	// was requestAttempt (1 s): for 2-3 s after a follower node's kill no
+	// consumer create is answered (measured on 3 termlog nats nodes: every
+	// create from 0.9 s to 3.3 s after the kill unanswered, a retry with
+	// the same name too), and status took 1.0-1.3 s there, its own bound.
+	// A create answers in milliseconds on a healthy cluster, and a leader
+	// whose reader's consumer went with that node (view.AwaitStored
+	// notices it after 300 ms) reads on by get 250 ms later.
+	consumerFallbackAfter = 250 * time.Millisecond
 	// getPoll is how often a reader reading by get asks for a new record
 	// at the tail.
 	getPoll = 100 * time.Millisecond

@@ -83,6 +83,14 @@ type Log struct {
 	// event of AppendAsync is appended before it returns (see Append).
 	replicated bool
 
+	// creating is since when some reader has been waiting for a consumer
+	// create without a break (unix ns; 0: none waits), waiting how many
+	// creates wait now; written by createConsumer only, under createMu
+	// (see ConsumerWait).
+	createMu sync.Mutex
+	creating int64
+	waiting  int
+
 	mu       sync.Mutex
 	lastID   string    // msg id of the last event this Log stored,
 	lastSeq  uint64    // at this seq
@@ -147,6 +155,15 @@ func (l *Log) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) 
 // reqCtx's deadline rather than waiting for it on a request nobody answers.
 // A create asked again names the same consumer, so it makes no second one.
 const requestAttempt = time.Second
+
+// leaderAsk bounds one attempt of a small read the stream's leader answers
+// (its last message, its info, a message get). It was requestAttempt: a
+// request sent just before the stream's election ended waited up to 1 s
+// unanswered, and a new leader's catch-up with it (nodeloss, a crash of
+// the stream leader's node: termlog 1.49 s after the stream's election).
+// Consumer creation, the JetStream meta leader's work and heavier under a
+// burst, keeps requestAttempt.
+const leaderAsk = 500 * time.Millisecond
 
 // askAgain makes the request req, each attempt bounded by attempt, asking
 // again while it is not answered, until reqCtx's deadline; it returns req's

@@ -639,8 +639,10 @@ func waitConsumers(t *testing.T, nc *nats.Conn, stream, want string, ok func([]*
 	var cis []*jetstream.ConsumerInfo
 	var last error // of the last listing; nil when it listed but ok did not hold
 	// Generous: a loaded machine (the chaos suite runs beside this package
-	// in CI) delays consumer creation.
-	err = testkit.Poll(t.Context(), 30*time.Second, 10*time.Millisecond, func() error {
+	// in CI) delays consumer creation, and a reader's session restarted
+	// under load may leave its old consumer behind (its delete timed out)
+	// until it has been inactive for consumerInactive (30 s).
+	err = testkit.Poll(t.Context(), 45*time.Second, 10*time.Millisecond, func() error {
 		cis, last = listConsumers(t, js, stream)
 		if last == nil && !ok(cis) {
 			return errors.New(want)
@@ -648,7 +650,15 @@ func waitConsumers(t *testing.T, nc *nats.Conn, stream, want string, ok func([]*
 		return last
 	})
 	if err != nil {
-		t.Fatalf("stream %s: waited in vain until %s (last error %v)", stream, want, last)
+		var seen []string
+		for _, ci := range cis {
+			leader := "no leader"
+			if ci.Cluster != nil && ci.Cluster.Leader != "" {
+				leader = "on " + ci.Cluster.Leader
+			}
+			seen = append(seen, fmt.Sprintf("%s %s (delivered %d, waiting %d)", ci.Name, leader, ci.Delivered.Stream, ci.NumWaiting))
+		}
+		t.Fatalf("stream %s: waited in vain until %s (last error %v; consumers: %v)", stream, want, last, seen)
 	}
 	return cis
 }

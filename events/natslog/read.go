@@ -31,7 +31,14 @@ const (
 	stopTimeout       = time.Second
 	maxReadRestarts   = 5
 	restartBackoffMin = 50 * time.Millisecond
-	restartBackoffMax = 2 * time.Second
+	// restartBackoffMax caps the pause between retries of a request
+	// nobody answers (a reader's consumer, a batch while the stream elects
+	// a leader). It was 2 s: a follower's reader that failed through a
+	// 4-9 s election paused up to 2 s after it, and a new leader's
+	// catch-up with it (nodeloss, the lease leader's node killed: termlog
+	// 1.6 s beyond the later of its two elections). A retry is one small
+	// request; a bounded Read still gives up after maxReadRestarts.
+	restartBackoffMax = 500 * time.Millisecond
 )
 
 // state is the stream's state (first and last seq, message count).
@@ -69,7 +76,7 @@ func (l *Log) state(ctx context.Context) (jetstream.StreamState, error) {
 // stream holds no message (empty, or compacted to its tail): then only
 // its state knows the last seq.
 func (l *Log) leaderTail(ctx context.Context) (seq uint64, found bool, err error) {
-	err = l.askAgain(ctx, requestAttempt, func(ctx context.Context) error {
+	err = l.askAgain(ctx, leaderAsk, func(ctx context.Context) error {
 		m, err := l.stream.GetLastMsgForSubject(ctx, l.subjectAll())
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -90,7 +97,7 @@ func (l *Log) leaderTail(ctx context.Context) (seq uint64, found bool, err error
 // info reads the stream's info, asking again while it is not answered.
 func (l *Log) info(ctx context.Context) (*jetstream.StreamInfo, error) {
 	var info *jetstream.StreamInfo
-	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+	err := l.askAgain(ctx, leaderAsk, func(ctx context.Context) (err error) {
 		info, err = l.stream.Info(ctx)
 		return err
 	})
@@ -280,6 +287,7 @@ func (l *Log) session(ctx context.Context, next *uint64, exact bool, until uint6
 // as long as ctx allows). It fails with ctx's error when ctx is done, else
 // with *restartError.
 func (l *Log) createConsumer(ctx context.Context, start uint64, within time.Duration) (jetstream.Consumer, error) {
+	defer l.createWaits()()
 	cfg := readerConfig(start)
 	var cons jetstream.Consumer
 	cctx, cancel := ctx, context.CancelFunc(func() {})
@@ -298,6 +306,41 @@ func (l *Log) createConsumer(ctx context.Context, start uint64, within time.Dura
 		return nil, &restartError{err: fmt.Errorf("create consumer: %w", err)}
 	}
 	return cons, nil
+}
+
+// createWaits records a reader's consumer create from now until the
+// returned func is called (see ConsumerWait).
+func (l *Log) createWaits() (done func()) {
+	l.createMu.Lock()
+	if l.waiting == 0 {
+		l.creating = time.Now().UnixNano()
+	}
+	l.waiting++
+	l.createMu.Unlock()
+	return func() {
+		l.createMu.Lock()
+		l.waiting--
+		if l.waiting == 0 {
+			l.creating = 0
+		}
+		l.createMu.Unlock()
+	}
+}
+
+// ConsumerWait is how long a reader of this Log has been waiting for its
+// consumer to be made (0: none waits). A create is answered in
+// milliseconds on a healthy cluster; one that waits is the JetStream meta
+// leader not answering, or answering for a server that was lost (the
+// consumer placed on it): what a long Read waits on after a node's loss,
+// while account info and the stream's leader answer. status's watchdog
+// counts it as a silent leader.
+func (l *Log) ConsumerWait() time.Duration {
+	l.createMu.Lock()
+	defer l.createMu.Unlock()
+	if l.waiting == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, l.creating))
 }
 
 // readerConfig is a reader's consumer starting at seq start.
@@ -382,7 +425,7 @@ func (l *Log) noneLeft(ctx context.Context, next, until uint64) (bool, error) {
 // again while it is not answered, until reqCtx's deadline.
 func (l *Log) getMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
 	var m *jetstream.RawStreamMsg
-	err := l.askAgain(ctx, requestAttempt, func(ctx context.Context) (err error) {
+	err := l.askAgain(ctx, leaderAsk, func(ctx context.Context) (err error) {
 		m, err = l.stream.GetMsg(ctx, seq, opts...)
 		return err
 	})

@@ -29,6 +29,13 @@ func ValidCluster(c string) error {
 // Stream is the event stream of cluster.
 func Stream(cluster string) string { return "TERMLOG_" + strings.ToUpper(cluster) }
 
+// StreamLeaderElected is the subject of JetStream's advisory that cluster's
+// event stream has elected a Raft leader (the meta leader resends its
+// unanswered appends at it).
+func StreamLeaderElected(cluster string) string {
+	return "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED." + Stream(cluster)
+}
+
 // EventSubject is the subject of an event of kind typ ("<cluster>.ev.<type>").
 func EventSubject(cluster, typ string) string { return cluster + ".ev." + typ }
 

@@ -385,6 +385,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Workers: cfg.Workers, Events: cfg.Events, Appends: cfg.Appends, HBFor: cfg.HeartbeatFor.Seconds(), Lease: cfg.Lease.Seconds(), Sync: cfg.Sync.String(), Replicas: cfg.Replicas}
 	r := &run{cfg: cfg, rep: rep}
 	dir := cfg.Dir
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "termlog-bench-*"); err != nil {
 			return nil, err
@@ -446,11 +451,39 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// WriteJSON writes the report as indented JSON.
+// WriteJSON writes the report as indented JSON. A figure not measured
+// may be NaN (a percentile of no samples, a ratio to nothing), which JSON
+// cannot hold: it is written as 0, "not measured" as the tables print it
+// ("-"), and ratios as null.
 func (rep *Report) WriteJSON(w io.Writer) error {
+	out := *rep
+	out.Figures = slices.Clone(rep.Figures)
+	for i := range out.Figures {
+		f := &out.Figures[i]
+		f.Value, f.Baseline = finite(f.Value), finite(f.Baseline)
+		if f.Extra != nil {
+			extra := make(map[string]float64, len(f.Extra))
+			for k, v := range f.Extra {
+				extra[k] = finite(v)
+			}
+			f.Extra = extra
+		}
+	}
+	out.Scale = slices.Clone(rep.Scale)
+	for i := range out.Scale {
+		out.Scale[i].finite()
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	return enc.Encode(&out)
+}
+
+// finite is v, or 0 when it is NaN or infinite.
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
 }
 
 // WriteTable writes the report as a table for people.

@@ -32,26 +32,36 @@ func (r *run) failover(ctx context.Context, c *steadyPhase, n int) (failoverResu
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.PhaseTimeout)
 	defer cancel()
 	// Watch the lease on another replica's connection: the leader's goes
-	// down with it.
-	obs := c.nodes[0]
-	if obs == c.leader {
-		obs = c.nodes[1]
-	}
-	ojs, err := jetstream.New(obs.nc)
-	if err != nil {
-		return res, err
-	}
-	okv, err := ojs.KeyValue(fctx, meta.LeaseBucket(steadyCluster))
-	if err != nil {
-		return res, err
-	}
-	w, err := okv.Watch(fctx, meta.LeaseKey, jetstream.UpdatesOnly())
-	if err != nil {
-		return res, err
-	}
-	defer func() { _ = w.Stop() }()
-	if err := r.awaitRenewal(fctx, c, obs, w); err != nil {
-		return res, err
+	// down with it. Under load the lease can move to the watching replica
+	// before the kill: then watch on another one (at most twice).
+	var obs *metaNode
+	var ojs jetstream.JetStream
+	for try := 0; ; try++ {
+		obs = c.nodes[0]
+		if obs == c.leader {
+			obs = c.nodes[1]
+		}
+		var err error
+		if ojs, err = jetstream.New(obs.nc); err != nil {
+			return res, err
+		}
+		okv, err := ojs.KeyValue(fctx, meta.LeaseBucket(steadyCluster))
+		if err != nil {
+			return res, err
+		}
+		w, err := okv.Watch(fctx, meta.LeaseKey, jetstream.UpdatesOnly())
+		if err != nil {
+			return res, err
+		}
+		err = r.awaitRenewal(fctx, c, obs, w)
+		_ = w.Stop()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errMovedToObserver) || try == 2 {
+			return res, err
+		}
+		r.progress("failover: %v; watching the lease from another replica", err)
 	}
 	r.progress("failover: killing leader %s (term %d) right after a lease renewal, %d workers", c.leader.ID(), c.term, n)
 	if err := r.killLeader(fctx, c, &res); err != nil {
@@ -59,11 +69,16 @@ func (r *run) failover(ctx context.Context, c *steadyPhase, n int) (failoverResu
 	}
 	r.progress("failover: %s started term after %s, recovery complete after %s (%d sessions), first worker served after %s", res.newLeader,
 		res.started.Round(time.Millisecond), res.recovered.Round(time.Millisecond), res.sessions, res.served.Round(time.Millisecond))
+	var err error
 	if res.base, err = r.rawLeaseHandover(fctx, ojs); err != nil {
 		return res, fmt.Errorf("raw lease handover: %w", err)
 	}
 	return res, nil
 }
+
+// errMovedToObserver is awaitRenewal's error when the lease moved to the
+// replica whose connection watches it.
+var errMovedToObserver = errors.New("leadership moved to the watching replica before the kill")
 
 // awaitRenewal waits for a lease update made while c's leader still leads
 // its term. Under load a leader can lose its lease before the kill: the
@@ -81,7 +96,8 @@ func (r *run) awaitRenewal(ctx context.Context, c *steadyPhase, obs *metaNode, w
 			return nil
 		}
 		if l == obs {
-			return fmt.Errorf("leadership moved to %s (term %d) before the kill, under load", l.ID(), t)
+			c.leader, c.term = l, t
+			return fmt.Errorf("%w: %s (term %d), under load", errMovedToObserver, l.ID(), t)
 		}
 		if l != nil {
 			r.progress("failover: leadership moved from %s (term %d) to %s (term %d) before the kill; waiting for its renewal", c.leader.ID(), c.term, l.ID(), t)
@@ -135,7 +151,8 @@ func (r *run) killLeader(ctx context.Context, c *steadyPhase, res *failoverResul
 // addFailover adds the failover figures.
 func (r *run) addFailover(fo failoverResult, n int) {
 	lease := r.cfg.Lease
-	baseWhat := fmt.Sprintf("raw KV lease handover: holder killed right after a renewal, contender retrying Create every %s (TTL %s)", (lease / 3).Round(time.Millisecond), lease)
+	baseWhat := fmt.Sprintf("raw KV lease handover: holder killed right after a renewal, contender retrying Create as a meta follower does (meta.CampaignWait: every %s, every %s once the lease is due to lapse; TTL %s)",
+		(lease / 6).Round(time.Millisecond), meta.CampaignFast(lease), lease)
 	r.add(Figure{
 		Name: "failover.term_started", What: fmt.Sprintf("leader killed right after a renewal -> new leader's term.started appended (%d workers)", n),
 		Unit: "s", Value: fo.started.Seconds(), Baseline: fo.base.Seconds(), BaselineWhat: baseWhat,
@@ -169,17 +186,25 @@ func (r *run) rawLeaseHandover(ctx context.Context, js jetstream.JetStream) (tim
 		return 0, err
 	}
 	killed := time.Now() // the holder stops renewing right after a renewal
-	time.Sleep(time.Duration(rand.Int64N(int64(lease / 3))))
+	// The contender tries as a meta follower does (meta.CampaignWait), from
+	// a random phase of its cadence.
+	time.Sleep(time.Duration(rand.Int64N(int64(lease / 6))))
 	for {
-		if _, err := kv.Create(ctx, meta.LeaseKey, []byte("contender")); err == nil {
+		_, err := kv.Create(ctx, meta.LeaseKey, []byte("contender"))
+		if err == nil {
 			return time.Since(killed), nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return 0, err
+		}
+		var renewed time.Time
+		if e, gerr := kv.Get(ctx, meta.LeaseKey); gerr == nil {
+			renewed = e.Created()
 		}
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(lease / 3):
+		case <-time.After(meta.CampaignWait(lease, &meta.LeaseHeldError{Renewed: renewed}, time.Now())):
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -264,23 +263,40 @@ func stepDownTo(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	}
 }
 
-// opLog records when operations succeeded and the longest one.
+// opLog records when operations succeeded, and when and why they failed.
 type opLog struct {
-	mu   sync.Mutex
-	oks  []time.Time
-	errs int
+	mu    sync.Mutex
+	oks   []time.Time
+	fails []opFail
+}
+
+// opFail is one failed operation: when it ended and why.
+type opFail struct {
+	at  time.Time
+	err string
 }
 
 func (o *opLog) ok(t time.Time) { o.mu.Lock(); o.oks = append(o.oks, t); o.mu.Unlock() }
-func (o *opLog) fail()          { o.mu.Lock(); o.errs++; o.mu.Unlock() }
+func (o *opLog) fail(err error) {
+	o.mu.Lock()
+	o.fails = append(o.fails, opFail{time.Now(), err.Error()})
+	o.mu.Unlock()
+}
 
 // gap is the longest time between two successes (or from the window's
 // start to the first, or the last to its end) within [from, to].
 func (o *opLog) gap(from, to time.Time) time.Duration {
+	g, _ := o.longest(from, to)
+	return g
+}
+
+// longest is gap, and when it started.
+func (o *opLog) longest(from, to time.Time) (time.Duration, time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prev := from
 	var worst time.Duration
+	var at time.Time
 	for _, t := range o.oks {
 		if t.Before(from) {
 			continue
@@ -288,10 +304,38 @@ func (o *opLog) gap(from, to time.Time) time.Duration {
 		if t.After(to) {
 			break
 		}
-		worst = max(worst, t.Sub(prev))
+		if d := t.Sub(prev); d > worst {
+			worst, at = d, prev
+		}
 		prev = t
 	}
-	return max(worst, to.Sub(prev))
+	if d := to.Sub(prev); d > worst {
+		worst, at = d, prev
+	}
+	return worst, at
+}
+
+// gapWhy says where the longest gap of [from, to] lies relative to t0 and
+// what failed inside it (each distinct error once, with the time of its
+// first failure): what a blackout consists of.
+func (o *opLog) gapWhy(from, to, t0 time.Time) string {
+	g, at := o.longest(from, to)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var parts []string
+	seen := map[string]bool{}
+	for _, f := range o.fails {
+		if f.at.Before(at) || f.at.After(at.Add(g)) || seen[f.err] {
+			continue
+		}
+		seen[f.err] = true
+		parts = append(parts, fmt.Sprintf("%+dms %s", f.at.Sub(t0).Milliseconds(), f.err))
+	}
+	why := "nothing failed"
+	if len(parts) > 0 {
+		why = strings.Join(parts, "; ")
+	}
+	return fmt.Sprintf("%+dms..%+dms (%s)", at.Sub(t0).Milliseconds(), at.Add(g).Sub(t0).Milliseconds(), why)
 }
 
 // okAfter reports whether an operation succeeded after t.
@@ -374,6 +418,13 @@ type nlSample struct {
 	termChanged                    bool
 	victim                         string
 	alsoLed                        []string // what else the victim led
+	// When a surviving node first named a new leader of the event stream,
+	// the lease bucket and the raw stream, since the loss; the ones never
+	// seen ("stream", "lease", "raw") count as the window's end.
+	elStream, elLease, elRaw time.Duration
+	elUnseen                 []string
+	// Where the longest raw and termlog gaps lay, and what failed in them.
+	rawWhy, appendsWhy string
 }
 
 // nodeLoss runs the nodeloss group.
@@ -442,7 +493,13 @@ func (r *run) nodeLoss(ctx context.Context) error {
 	}
 	rawSubj := strings.TrimSuffix(rawCfg.Subjects[0], ">") + "raw"
 
-	// Three meta replicas, meta-i connected to node i first.
+	// Three meta replicas, meta-i connected to node i first; their logs
+	// go to nodeloss-meta.log, to take a blackout apart afterwards.
+	metaLog, err := os.Create(filepath.Join(r.dir, "nodeloss-meta.log"))
+	if err != nil {
+		return err
+	}
+	defer metaLog.Close()
 	var metas []*metaNode
 	defer func() { stopAll(metas) }()
 	for i := range 3 {
@@ -464,7 +521,7 @@ func (r *run) nodeLoss(ctx context.Context) error {
 			// from its copy while the stream elects a leader.
 			ID: id, Cluster: nlCluster, LeaseTTL: r.cfg.Lease, Replicas: 3,
 			WorkerTimeout: workerTimeout, ExpiryInterval: expiryInterval, ControlDialer: dialAgent,
-			Logger: zerolog.New(io.Discard).Level(zerolog.InfoLevel).With().Timestamp().Logger(),
+			Logger: zerolog.New(metaLog).Level(zerolog.InfoLevel).With().Timestamp().Str("replica", id).Logger(),
 			Wait: func(ctx context.Context, _ string, open func(context.Context) error) error {
 				return natslog.AskAgain(ctx, nc, 5*time.Second, open)
 			},
@@ -513,7 +570,7 @@ func (r *run) nodeLoss(ctx context.Context) error {
 			if err == nil {
 				raw.ok(time.Now())
 			} else {
-				raw.fail()
+				raw.fail(err)
 				sleepCtx(lctx, 10*time.Millisecond)
 			}
 		}
@@ -590,9 +647,10 @@ func (r *run) nodeLoss(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%s #%d: %w", sc.name, k+1, err)
 			}
-			r.progress("nodeloss: %s #%d (%s%s): raw %s, termlog %s, no leader %s, term changed %v, status %s (%d unanswered)", sc.name, k+1, s.victim,
+			r.progress("nodeloss: %s #%d (%s%s): raw %s, termlog %s, no leader %s, term changed %v, status %s (%d unanswered); %s", sc.name, k+1, s.victim,
 				alsoLed(s.alsoLed), s.raw.Round(time.Millisecond), s.appends.Round(time.Millisecond), s.noLeader.Round(time.Millisecond), s.termChanged,
-				s.status.Round(time.Millisecond), s.statusFailed)
+				s.status.Round(time.Millisecond), s.statusFailed, s.elections())
+			r.progress("nodeloss: %s #%d: longest gaps since the loss: termlog %s; raw %s", sc.name, k+1, s.appendsWhy, s.rawWhy)
 			if s.statusMsg != "" {
 				r.progress("nodeloss: %s #%d: status failed with: %s", sc.name, k+1, s.statusMsg)
 			}
@@ -634,7 +692,7 @@ func appendLoad(ctx context.Context, nc *nats.Conn, apps *opLog) {
 		inc := fmt.Sprintf("nodeloss-%d", i)
 		rep, err := call(client.RPCRegister, client.RegisterRequest{Incarnation: inc, Endpoint: fakeEndpoint(i % 50000), Kind: "compute", Parallelism: 1})
 		if err != nil {
-			apps.fail()
+			apps.fail(fmt.Errorf("register: %w", err))
 			sleepCtx(ctx, 10*time.Millisecond)
 			continue
 		}
@@ -645,7 +703,7 @@ func appendLoad(ctx context.Context, nc *nats.Conn, apps *opLog) {
 				apps.ok(time.Now())
 				break
 			}
-			apps.fail()
+			apps.fail(fmt.Errorf("deregister: %w", err))
 			sleepCtx(ctx, 10*time.Millisecond)
 		}
 	}
@@ -722,7 +780,20 @@ func (r *run) nodeLossOnce(ctx context.Context, c *nlNATS, nc *nats.Conn, js jet
 		return s, errors.New("the loads are not running before the loss")
 	}
 	_, term0 := leaderOf(metas)
+	// The elections, watched through a node that survives.
+	survivor := 0
+	for c.nodes[survivor] == victim {
+		survivor++
+	}
+	wnc, err := c.conn(survivor, "nodeloss-elections")
+	if err != nil {
+		return s, err
+	}
 	t0 := time.Now()
+	watch, err := watchElections(wnc, victim.name, t0, evStream, leaseStream, nlRawName)
+	if err != nil {
+		return s, err
+	}
 	s.statusSteady = status.median(t0.Add(-nlSettle-time.Second), t0)
 	if graceful {
 		victim.end(syscall.SIGTERM)
@@ -744,6 +815,13 @@ func (r *run) nodeLossOnce(ctx context.Context, c *nlNATS, nc *nats.Conn, js jet
 		status.mu.Unlock()
 		return l != nil && answered && raw.okAfter(t0.Add(time.Second)) && apps.okAfter(t0.Add(time.Second))
 	})
+	els, unseen := watch.stop(time.Now())
+	s.elStream, s.elLease, s.elRaw = els[0], els[1], els[2]
+	for i, name := range []string{"stream", "lease", "raw"} {
+		if unseen[i] {
+			s.elUnseen = append(s.elUnseen, name)
+		}
+	}
 	if err != nil {
 		r.progress("nodeloss: not recovered within %s of losing %s (raw ok %v, termlog ok %v)", nlRecover, victim.name, raw.okAfter(t0), apps.okAfter(t0))
 	}
@@ -751,6 +829,7 @@ func (r *run) nodeLossOnce(ctx context.Context, c *nlNATS, nc *nats.Conn, js jet
 	end := time.Now()
 	from := t0.Add(-time.Second)
 	s.raw, s.appends = raw.gap(from, end), apps.gap(from, end)
+	s.rawWhy, s.appendsWhy = raw.gapWhy(from, end, t0), apps.gapWhy(from, end, t0)
 	s.noLeader = noLeader(from, end)
 	s.status, s.statusFailed, s.statusMsg = status.wait(t0, end)
 	_, term1 := leaderOf(metas)
@@ -772,14 +851,7 @@ func (r *run) nodeLossOnce(ctx context.Context, c *nlNATS, nc *nats.Conn, js jet
 }
 
 func (r *run) addNodeLoss(name, target string, graceful bool, ss []nlSample) {
-	pick := func(f func(nlSample) time.Duration) (lo, med, hi time.Duration) {
-		ds := make([]time.Duration, len(ss))
-		for i, s := range ss {
-			ds[i] = f(s)
-		}
-		slices.Sort(ds)
-		return ds[0], ds[len(ds)/2], ds[len(ds)-1]
-	}
+	pick := func(f func(nlSample) time.Duration) (lo, med, hi time.Duration) { return spread(ss, f) }
 	rawLo, rawMed, rawHi := pick(func(s nlSample) time.Duration { return s.raw })
 	apLo, apMed, apHi := pick(func(s nlSample) time.Duration { return s.appends })
 	nlLo, nlMed, nlHi := pick(func(s nlSample) time.Duration { return s.noLeader })
@@ -809,6 +881,14 @@ func (r *run) addNodeLoss(name, target string, graceful bool, ss []nlSample) {
 		"no_leader_min_s": nlLo.Seconds(), "no_leader_median_s": nlMed.Seconds(), "no_leader_max_s": nlHi.Seconds(),
 		"status_min_s": stLo.Seconds(), "status_median_s": stMed.Seconds(), "status_max_s": stHi.Seconds(),
 	}
+	for key, el := range map[string]func(nlSample) time.Duration{
+		"elected_stream": func(s nlSample) time.Duration { return s.elStream },
+		"elected_lease":  func(s nlSample) time.Duration { return s.elLease },
+		"elected_raw":    func(s nlSample) time.Duration { return s.elRaw },
+	} {
+		lo, med, hi := pick(el)
+		extra[key+"_min_s"], extra[key+"_median_s"], extra[key+"_max_s"] = lo.Seconds(), med.Seconds(), hi.Seconds()
+	}
 	f := Figure{
 		Name: GroupNodeLoss + "." + name + ".append_blackout",
 		What: fmt.Sprintf("%s of %s on a 3-node cluster (--sync always, R3): longest gap between fenced appends through the meta leader, median of %d (min %s, max %s; raw min %s, max %s; losses: %s)",
@@ -832,6 +912,9 @@ func (r *run) addNodeLoss(name, target string, graceful bool, ss []nlSample) {
 		f.Target = &Target{Of: "value", Op: "<=", Limit: 1, Text: "<= raw + 1 s"}
 	}
 	r.add(f)
+	if !graceful && target != "follower" {
+		r.add(nlOwnFigure(GroupNodeLoss+"."+name, how, what, ss))
+	}
 	r.add(Figure{
 		Name: GroupNodeLoss + "." + name + ".no_leader", What: fmt.Sprintf("%s of %s: longest time no meta replica led, max of %d (median %s); the term changed in %d of %d",
 			how, what, len(ss), nlMed.Round(time.Millisecond), changed, len(ss)),
@@ -926,7 +1009,8 @@ func doneWhen(target string, graceful bool, ss []nlSample) []nlClause {
 		status.what += " (item 4)"
 	default:
 		out = append(out, nlClause{what: "termlog's append blackout <= raw + 1 s",
-			numbers: fmt.Sprintf("worst loss termlog %s vs raw %s, %+.2f s", ms(excessAt.appends), ms(excessAt.raw), worstExcess.Seconds()), met: len(ss) > 0 && worstExcess <= time.Second})
+			numbers: fmt.Sprintf("worst loss termlog %s vs raw %s, %+.2f s; %s", ms(excessAt.appends), ms(excessAt.raw), worstExcess.Seconds(), excessAt.elections()),
+			met:     len(ss) > 0 && worstExcess <= time.Second})
 	}
 	return append(out, status)
 }

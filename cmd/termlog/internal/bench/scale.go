@@ -169,6 +169,15 @@ func (r *run) addScaleTargets(p ScalePoint) {
 	}
 }
 
+// finite makes every figure of p JSON-safe (see WriteJSON).
+func (p *ScalePoint) finite() {
+	for _, v := range []*float64{&p.BurstS, &p.BurstActiveS, &p.RawBurstS, &p.FailoverS, &p.FailoverRecoveredS, &p.RawLeaseS,
+		&p.HeartbeatP99, &p.RawHeartbeatP99, &p.LeaderCores, &p.ResponderCores, &p.HeapPerWorker, &p.StackPerWorker,
+		&p.LeaderBPerWorker, &p.TookS} {
+		*v = finite(*v)
+	}
+}
+
 // writeScaleTable writes the scale group's points, each figure next to its
 // raw baseline of the same point.
 func (rep *Report) writeScaleTable(w io.Writer) error {

@@ -18,6 +18,13 @@ import (
 // append there waits for an fsync.
 const syncSingleMax = 2000
 
+// syncGroupedMin is the least events of the sync group's grouped series
+// and its raw atomic-batch baseline. 10,000 events are about 0.2 s of
+// either on this machine, and their ratio swung 1.09-1.41x between runs
+// (R3, one quiet machine, 2026-12-02); 100,000 are about 2 s each, and
+// swung 1.08-1.15x.
+const syncGroupedMin = 100_000
+
 // syncRun is what the sync group measures on one server.
 type syncRun struct {
 	what     string // the server configuration
@@ -90,7 +97,7 @@ func (r *run) syncCost(ctx context.Context) error {
 		r.progress("sync: NATS JetStream at %s (%s)", e.url(), e.what())
 	}
 	n := min(r.cfg.Appends, syncSingleMax)
-	evs, bodies, err := registrations(r.cfg.Appends)
+	evs, bodies, err := registrations(max(r.cfg.Appends, syncGroupedMin))
 	if err != nil {
 		return err
 	}
