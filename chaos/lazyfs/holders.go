@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // holder is a process that holds something under a mountpoint, which
@@ -92,4 +93,19 @@ func describeHolders(hs []holder) string {
 		parts = append(parts, h.String())
 	}
 	return "held by " + strings.Join(parts, "; ")
+}
+
+// closeOnExec marks every descriptor of this process open on path
+// close-on-exec (see mount: go-fuse leaves /dev/fuse inheritable).
+func closeOnExec(path string) {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && p == path {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }

@@ -225,6 +225,25 @@ func (f *FS) mount() error {
 	root := lr.NewNode(lr, nil, "", &st)
 	lr.RootNode = root
 	zero := time.Duration(0)
+	direct := os.Geteuid() == 0
+	if direct {
+		// go-fuse makes two descriptors without O_CLOEXEC: /dev/fuse (a
+		// direct mount) and, in WaitMount's poll hack, a file under the
+		// mount it opens and closes again. A child this process starts
+		// meanwhile (a NATS node on another mount, a CLI the test runs)
+		// inherits them: one under the mount keeps it busy for the
+		// child's whole life, so a crash is refused (TestPowerLoss r3-all:
+		// "held by pid N (termlog, state S): fd 21 -> .../.go-fuse-epoll-hack"),
+		// and /dev/fuse held by a child keeps the FUSE connection alive
+		// after this process dies (its mount then hangs every access
+		// instead of failing). ForkLock held for reading is Go's rule for
+		// making a descriptor that is not close-on-exec yet: no fork
+		// happens until the hack's file is closed and /dev/fuse is marked.
+		// (Not through fusermount: that is a fork of its own, and go-fuse
+		// marks the descriptor it gets back.)
+		syscall.ForkLock.RLock()
+		defer syscall.ForkLock.RUnlock()
+	}
 	srv, err := gofs.Mount(f.Mountpoint, root, &gofs.Options{
 		// No kernel caching of names or attributes across requests: what
 		// the process sees is what the backing files say.
@@ -234,7 +253,7 @@ func (f *FS) mount() error {
 			// As root go-fuse mounts with mount(2) itself: no fusermount.
 			// Strict: an unmount that fails says why (EBUSY), instead
 			// of falling back to a fusermount that is not installed.
-			DirectMount: os.Geteuid() == 0, DirectMountStrict: os.Geteuid() == 0,
+			DirectMount: direct, DirectMountStrict: direct,
 			// go-fuse never asks for the kernel's writeback cache, so a
 			// write reaches this process before write(2) returns: the
 			// kernel keeps no dirty pages of its own for the mount.
@@ -243,6 +262,9 @@ func (f *FS) mount() error {
 	})
 	if err != nil {
 		return fmt.Errorf("lazyfs: mount %s: %w", f.Mountpoint, err)
+	}
+	if direct {
+		closeOnExec("/dev/fuse")
 	}
 	f.mu.Lock()
 	f.srv, f.gen = srv, gen

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -460,4 +461,92 @@ func TestRemoveRefusals(t *testing.T) {
 		}
 	}
 	want(t, file, "x", true)
+}
+
+// The descriptors a mount makes are not inherited by the processes this
+// one starts: /dev/fuse (go-fuse opens it without O_CLOEXEC) is marked
+// close-on-exec, and nothing under the mount is left open.
+func TestMountLeavesNothingInheritable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a direct mount (as root) opens /dev/fuse in this process")
+	}
+	f := Mount(t, Options{})
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devFuse := 0
+	for _, e := range fds {
+		p, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || p != "/dev/fuse" && !strings.HasPrefix(p, f.Mountpoint) {
+			continue
+		}
+		fd, _ := strconv.Atoi(e.Name())
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if flags&unix.FD_CLOEXEC == 0 {
+			t.Errorf("fd %d -> %s is inherited by every process started from here on", fd, p)
+		}
+		if p == "/dev/fuse" {
+			devFuse++
+		}
+	}
+	if devFuse == 0 {
+		t.Fatal("no descriptor of /dev/fuse found: the test looks in the wrong place")
+	}
+}
+
+// Processes started while mounts are made (a power-loss test starts NATS
+// nodes and CLIs while it mounts and crashes) hold nothing under the
+// mount, so the next crash is not refused as busy. Before the mount held
+// ForkLock, a child forked inside go-fuse's poll hack kept the hack's file
+// open for its whole life (TestPowerLoss r3-all in CI).
+func TestChildrenStartedDuringMountsHoldNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a direct mount (as root) is made without forking fusermount")
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep(1) to start as a child")
+	}
+	f := Mount(t, Options{})
+	stop := make(chan struct{})
+	var children []*exec.Cmd
+	spawned := make(chan struct{})
+	go func() {
+		defer close(spawned)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c := exec.Command(sleep, "60")
+			if c.Start() == nil {
+				children = append(children, c)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		for _, c := range children {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	const crashes = 100
+	for i := range crashes {
+		if _, err := f.Crash(CrashOptions{}); err != nil {
+			close(stop)
+			<-spawned
+			t.Fatalf("crash %d of %d with children being started meanwhile: %v", i+1, crashes, err)
+		}
+	}
+	close(stop)
+	<-spawned
+	if hs := holders(f.Mountpoint); len(hs) != 0 {
+		t.Fatalf("after %d mounts beside %d children started: %s", crashes, len(children), describeHolders(hs))
+	}
+	t.Logf("%d crashes (each a mount) beside %d children started: none holds the mount", crashes, len(children))
 }
