@@ -185,9 +185,34 @@ const drainWait = time.Second
 // after a callback returns, so at 0 no callback that saw the term still
 // running can queue a request behind answerQueued; later ones see it ended
 // and answer at once.
+//
+// The subscription must not outlive the term on the server. nats.go
+// resends every subscription it holds at a reconnect, a draining one too,
+// and later drops a drained one locally without an UNSUB. The server then
+// delivers each request twice to this connection, and as the meta role
+// may answer a request once, counted at each delivery, every answer of
+// this replica's next term is refused (a permissions violation: its
+// workers' heartbeats go unanswered and it expires them all). So a
+// connection that is down only unsubscribes (held no more, nothing is
+// resent; what it had received could not be answered before it is back
+// anyway); the drain ends in an Unsubscribe of its own (an UNSUB again if
+// the client still holds it); and a drain a reconnect overtook ends in a
+// reconnect of its own, which leaves the server only the subscriptions
+// the client holds.
 func (s *rpcServer) drain(sub *nats.Subscription) {
-	if err := sub.Drain(); err != nil {
+	if !s.nc.IsConnected() {
 		_ = sub.Unsubscribe()
+		return
+	}
+	reconnects := s.nc.Stats().Reconnects
+	defer func() {
+		_ = sub.Unsubscribe()
+		if s.nc.Stats().Reconnects != reconnects {
+			s.logger.Warn().Msg("NATS reconnected while the term's RPC subscription drained; reconnecting once more so the server keeps none of it")
+			_ = s.nc.ForceReconnect()
+		}
+	}()
+	if err := sub.Drain(); err != nil {
 		return
 	}
 	deadline := time.Now().Add(drainWait)
@@ -200,7 +225,6 @@ func (s *rpcServer) drain(sub *nats.Subscription) {
 		}
 		if time.Now().After(deadline) {
 			s.logger.Warn().Int("pending", n).Dur("after", drainWait).Msg("the term's RPC subscription still had requests pending at its end; dropped unanswered")
-			_ = sub.Unsubscribe()
 			return
 		}
 		<-tick.C
