@@ -168,3 +168,37 @@ func TestBatchChainedToSingleInFlight(t *testing.T) {
 		last += 4
 	}
 }
+
+// A deposed leader's single event, sent asynchronously on one server with
+// no previous id to chain to (prevID ""), is fenced by its expected last
+// seq alone: a new leader's term.started took that seq meanwhile, so the
+// server refuses the event and nothing of it lands. Without the CAS the
+// event would be stored after the new leader's (its msg id is the old
+// leader's own, so no dedupe catches it), and only its ack would tell.
+func TestAsyncSingleStaleExpectedSeqRefused(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, t.TempDir(), false)
+	cfg := natslog.Config{Cluster: "single"}
+	oldNC := connect(t, srv)
+	old := open(t, oldNC, cfg)
+	neu := open(t, connect(t, srv), cfg)
+	ctx := ctxT(t)
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	if last, err := old.Append(ctx, 0, events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.TermStarted{Term: 1, Leader: "meta-1", Lease: 1}}); err != nil || last != 1 {
+		t.Fatalf("old leader's term.started = %d, %v; want 1, nil", last, err)
+	}
+	if last, err := neu.Append(ctx, 1, events.Event{Term: 2, Writer: "meta-2", At: at, Data: events.TermStarted{Term: 2, Leader: "meta-2", Lease: 9}}); err != nil || last != 2 {
+		t.Fatalf("new leader's term.started = %d, %v; want 2, nil", last, err)
+	}
+	stale := events.Event{Term: 1, Writer: "meta-1", At: at, Data: events.WorkerRegistered{ID: 1, Incarnation: "a", Endpoint: "10.0.0.1:1", Kind: "compute"}}
+	if last, err := old.AppendAsync(ctx, 1, "", stale).Wait(ctx); !errors.Is(err, events.ErrFenced) || last != 1 {
+		t.Fatalf("deposed leader's single event at expected seq 1 = %d, %v; want 1 and an error wrapping ErrFenced", last, err)
+	}
+	info, err := streamOf(t, oldNC, old).Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 || info.State.LastSeq != 2 {
+		t.Fatalf("stream holds %d messages up to seq %d, want 2 up to 2: the fenced event landed", info.State.Msgs, info.State.LastSeq)
+	}
+}
