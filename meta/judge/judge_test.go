@@ -142,3 +142,36 @@ func TestReleasedLeaseNamesTheLeader(t *testing.T) {
 		t.Fatalf("problems:\n%s", p)
 	}
 }
+
+// TestHealthyShardWithoutRaftLeader: the record counts a shard healthy
+// with every member running, yet names no Raft leader (a record that
+// judged too kindly, or of an older build): the judge's backstop does not
+// pass it, because a shard without a leader serves nothing.
+func TestHealthyShardWithoutRaftLeader(t *testing.T) {
+	in := healthy()
+	h := &in.Record.Shards[0]
+	h.Leader, h.LeaderStore = 0, ""
+	if !h.Healthy {
+		t.Fatal("the record must call the shard healthy for this test")
+	}
+	if p := Problems(in); len(p) != 1 || p[0] != "shard 1: no raft leader" {
+		t.Fatalf("problems %q, want only %q", p, "shard 1: no raft leader")
+	}
+}
+
+// TestRecordOfAnOlderTermRefused: the stream is at term 5 (meta-2 leads);
+// the record, fresh and all healthy, is meta-1's of term 4, a deposed
+// leader still publishing until its lease runs out. The fence on read
+// refuses it: not healthy until the current term's leader publishes.
+func TestRecordOfAnOlderTermRefused(t *testing.T) {
+	in := healthy()
+	in.Term, in.LeaseHolder = 5, "meta-2"
+	want := "health record from term 4 (meta-1), the stream is at term 5: the current leader has not published yet"
+	if p := Problems(in); len(p) != 1 || p[0] != want {
+		t.Fatalf("problems %q, want only %q", p, want)
+	}
+	in.Record.Leader, in.Record.Term = "meta-2", 5
+	if p := Problems(in); len(p) != 0 {
+		t.Fatalf("the current term's record: problems %q", p)
+	}
+}
