@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/termlog/termlog/events"
 	"github.com/termlog/termlog/meta"
+	"github.com/termlog/termlog/projections"
 )
 
 // TestAssembleStale: a status from a copy is never healthy, states the
@@ -28,5 +30,29 @@ func TestAssembleStale(t *testing.T) {
 	// A record from a clock ahead of the reader's is not of negative age.
 	if s := AssembleStale("termlog", c, "why", at.Add(-time.Second)); s.Stale.AgeMS != 0 {
 		t.Fatalf("age %d ms, want 0", s.Stale.AgeMS)
+	}
+}
+
+// TestAssembleRecordTooOldIsStale: a health record is trusted only while
+// its age (the reader's now minus the record's time) is within Stale of
+// the lease: the leader rewrites it every second, so an older one means no
+// leader is publishing, however healthy it says the cluster is. At the
+// bound it is current; past it, it is the one problem.
+func TestAssembleRecordTooOldIsStale(t *testing.T) {
+	at := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	st := projections.New()
+	if r := st.Apply(events.Event{Term: 4, Writer: "meta-1", At: at, Data: events.TermStarted{Term: 4, Leader: "meta-1", Lease: 1}}); r.Outcome != projections.Applied {
+		t.Fatalf("term.started: %s", r)
+	}
+	rec := &meta.HealthRecord{Leader: "meta-1", Term: 4, Seq: 1, At: at}
+	rec.Recovery.State = meta.RecoveryComplete
+	r := Read{Holder: "meta-1", TTL: 3 * time.Second, Record: rec}
+	if s := Assemble("termlog", st, nil, r, at.Add(Stale(r.TTL))); !s.Health.Healthy {
+		t.Fatalf("a record %s old (the bound): problems %q, want healthy", Stale(r.TTL), s.Health.Problems)
+	}
+	s := Assemble("termlog", st, nil, r, at.Add(Stale(r.TTL)+100*time.Millisecond))
+	want := "health record is 6.1s old (written by meta-1 in term 4): no leader is publishing"
+	if s.Health.Healthy || s.Health.AgeMS != 6100 || len(s.Health.Problems) != 1 || s.Health.Problems[0] != want {
+		t.Fatalf("a record past the bound: healthy %v, age %d ms, problems %q; want unhealthy, 6100 ms, only %q", s.Health.Healthy, s.Health.AgeMS, s.Health.Problems, want)
 	}
 }
