@@ -84,3 +84,41 @@ func TestCheckExecGiveUp(t *testing.T) {
 		t.Fatal("a removal of a fence id decoded")
 	}
 }
+
+// TestCheckExecRefusesAnAddAtTheWrongAddress: term 1's operator adds
+// replica 4 on s4, and its intent is the shard's pending change; then s4
+// registers again at another Raft address (a restart on a new port) before
+// the step reaches a member store. The exec still names the old address:
+// every fence but the address passes, and only the address check keeps a
+// replica from joining Raft where no store of the projection listens (or
+// where another store's replica is).
+func TestCheckExecRefusesAnAddAtTheWrongAddress(t *testing.T) {
+	st := projections.New()
+	at := time.Unix(0, 0)
+	fold := func(p events.Payload) {
+		t.Helper()
+		if r := st.Apply(events.Event{Seq: st.Seq + 1, Term: 1, Writer: "meta-1", At: at, Data: p}); r.Outcome != projections.Applied {
+			t.Fatalf("%T %+v: %v", p, p, r)
+		}
+	}
+	fold(events.TermStarted{Term: 1, Leader: "meta-1"})
+	for i, s := range []string{"s1", "s2", "s3", "s4"} {
+		fold(events.StoreRegistered{Store: s, Incarnation: "i", RaftAddr: fmt.Sprintf("127.0.0.1:100%d", i+1)})
+	}
+	fold(events.ShardCreated{Shard: 1, Replicas: map[uint64]string{1: "s1", 2: "s2", 3: "s3"}})
+	fold(events.OperatorStarted{Op: "op-1-7", Shard: 1, Add: "s4"})
+	fold(events.ShardReplicaAdding{Shard: 1, Replica: 4, Store: "s4", CCID: 3, Op: "op-1-7"})
+	req := ExecRequest{Op: ExecAdd, Shard: 1, Replica: 4, Addr: "127.0.0.1:1004", CCID: 3, Term: 1, Operator: "op-1-7", Intent: st.Seq}
+	if v, why := CheckExec(st, req); v != ExecRun {
+		t.Fatalf("the add at s4's address: %v (%s), want run", v, why)
+	}
+	fold(events.StoreRegistered{Store: "s4", Incarnation: "i2", RaftAddr: "127.0.0.1:1014"})
+	v, why := CheckExec(st, req)
+	if want := "replica 4 is to be added on store s4, not at 127.0.0.1:1004"; v != ExecRefuse || why != want {
+		t.Fatalf("the add at s4's old address: %v (%s), want refused: %s", v, why, want)
+	}
+	req.Addr = "127.0.0.1:1003" // another member's address
+	if v, why := CheckExec(st, req); v != ExecRefuse || !strings.Contains(why, "not at 127.0.0.1:1003") {
+		t.Fatalf("the add at s3's address: %v (%s), want refused", v, why)
+	}
+}
