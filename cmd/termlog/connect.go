@@ -70,6 +70,11 @@ func (g *globals) dialSession(name string, role natsserver.Role) (*session, erro
 // (measured: 3 of 9 runs against 3 termlog nats nodes, one stopped).
 const connectAttempt = time.Second
 
+// maxConnectAttempt bounds a long-running role's wait on one server when
+// every server of --nats keeps timing out (the bound nats.go's default
+// gives each server is 2 s; termlog gave its roles 5 s before).
+const maxConnectAttempt = 5 * time.Second
+
 // dialWithin connects to urls within timeout: first each server for at
 // most connectAttempt, then, if that timed out, each for what is left of
 // timeout (a slow link or a loaded server may need longer than
@@ -426,17 +431,25 @@ func (g *globals) connectRole(ctx context.Context, lg zerolog.Logger, name strin
 	)
 	opts = append(opts, extra...)
 	backoff := 250 * time.Millisecond
+	// Each server first gets connectAttempt (a frozen node of the list
+	// costs that, not the whole bound); when every server of the list
+	// timed out, the next attempt gives each twice as long, up to
+	// maxConnectAttempt (a loaded server or a slow TLS handshake).
+	perServer := connectAttempt
 	for attempt := 1; ; attempt++ {
-		nc, err := nats.Connect(g.natsURL, opts...)
+		nc, err := nats.Connect(g.natsURL, append(opts, nats.Timeout(perServer))...)
 		if err == nil {
-			lg.Info().Str("url", nc.ConnectedUrlRedacted()).Str("role", string(role)).Msg("connected to NATS")
+			lg.Info().Str("url", nc.ConnectedUrlRedacted()).Str("role", string(role)).Dur("per_server", perServer).Msg("connected to NATS")
 			return nc, nil
 		}
-		cerr := connectError(g.natsURL, role, g.seedFile(role), 5*time.Second, err)
+		cerr := connectError(g.natsURL, role, g.seedFile(role), perServer, err)
 		if fatalConnectError(err) {
 			return nil, cerr
 		}
-		lg.Warn().Str("url", g.natsURL).Int("attempt", attempt).Dur("retry_in", backoff).Str("cause", cerr.Error()).Msg("waiting for NATS")
+		lg.Warn().Str("url", g.natsURL).Int("attempt", attempt).Dur("per_server", perServer).Dur("retry_in", backoff).Str("cause", cerr.Error()).Msg("waiting for NATS")
+		if connectTimedOut(err) {
+			perServer = min(2*perServer, maxConnectAttempt)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("stopped while waiting for NATS at %s: %w", g.natsURL, ctx.Err())

@@ -28,7 +28,11 @@ import (
 // reconnect forever, and never buffer a publish while reconnecting (nats.go
 // would send it when the server is back, long after the decision it carried).
 func roleConnOptions(name string) []nats.Option {
-	return []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second),
+	// Each server of the list gets connectAttempt to answer, on the first
+	// connect and on every reconnect: a frozen node costs a second, not
+	// 5 s with the connection lock held (connectRole lengthens the bound
+	// when every server of the list timed out).
+	return []nats.Option{nats.Name(name), nats.Timeout(connectAttempt),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1),
 		// A node in lame-duck mode has stopped its JetStream: move now,
 		// not when it closes the connection.
