@@ -138,11 +138,21 @@ func (e *embeddedNATS) Connect(i int, name string, role natsserver.Role) (*nats.
 		}
 		ev.Msg("NATS error")
 	}))
+	// Each server gets connectAttempt (roleConnOptions); a second try, if
+	// every one timed out (a loaded machine), gives each maxConnectAttempt.
 	if len(e.srvs) == 1 {
-		return e.srvs[0].Connect(opts...)
+		nc, err := e.srvs[0].Connect(opts...)
+		if err != nil && connectTimedOut(err) {
+			nc, err = e.srvs[0].Connect(append(opts, nats.Timeout(maxConnectAttempt))...)
+		}
+		return nc, err
 	}
 	urls := e.URLs(i % len(e.srvs))
-	nc, err := nats.Connect(urls, append(opts, nats.DontRandomize())...)
+	opts = append(opts, nats.DontRandomize())
+	nc, err := nats.Connect(urls, opts...)
+	if err != nil && connectTimedOut(err) {
+		nc, err = nats.Connect(urls, append(opts, nats.Timeout(maxConnectAttempt))...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", urls, err)
 	}
