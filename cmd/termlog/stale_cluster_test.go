@@ -303,4 +303,26 @@ func statusThroughLoss(t *testing.T, bin, victim string) {
 	}
 	t.Logf("lost %s (%s); new stream (or health bucket) leader seen after %.2fs, new meta leader after %.2fs; %d runs, %d stale, %d during the election, longest %s:\n%s",
 		lost, victim, ns.Sub(t0).Seconds(), nm.Sub(t0).Seconds(), len(runs), stale, during, longest.Round(time.Millisecond), strings.Join(lines, "\n"))
+
+	// A fresh status names the lost node's copy of the event stream gone
+	// (its leader has not heard from it for health.ReplicaGoneAfter), in
+	// its JSON and in its table.
+	var named run
+	testkit.Eventually(t, 30*time.Second, "a fresh status naming "+lost+"'s copy of the event stream gone", func() bool {
+		named = status()
+		if named.st.Stale != nil || named.st.Stream == nil {
+			return false
+		}
+		for _, rp := range named.st.Stream.Replicas {
+			if rp.Name == lost {
+				return rp.Gone
+			}
+		}
+		return false
+	})
+	t.Logf("%.1fs after the loss: %s", time.Since(t0).Seconds(), named.st.Stream)
+	stdout, _, _ := runCLI(t, "status", "--timeout", "5s")
+	if !strings.Contains(stdout, lost+" GONE") {
+		t.Fatalf("status's table does not name %s gone:\n%s", lost, stdout)
+	}
 }

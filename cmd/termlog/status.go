@@ -77,6 +77,12 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		readErr error
 	)
 	wg.Go(func() { read, readErr = readBuckets(sctx, nc, cluster) })
+	// The replicas are asked beside the fold and taken if they are there
+	// when the rest is (see replicasGrace): never waited for.
+	rctx, rcancel := context.WithTimeout(sctx, replicasRead)
+	defer rcancel()
+	replicasCh := make(chan *health.StreamReplicas, 1)
+	wg.Go(func() { replicasCh <- streamReplicas(rctx, lg) })
 	w.begin(stepSnapshots)
 	var store events.SnapshotStore
 	if snaps, err := natslog.BindSnapshots(ctx, lg); err == nil {
@@ -96,6 +102,12 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 		cancel()
 	}
 	w.begin(stepBuckets)
+	var replicas *health.StreamReplicas
+	select {
+	case replicas = <-replicasCh:
+	case <-time.After(replicasGrace):
+		rcancel() // the stream's leader is slow or gone: without them
+	}
 	wg.Wait()
 	if err != nil {
 		return Status{}, err
@@ -103,7 +115,33 @@ func loadStatusLog(ctx context.Context, nc *nats.Conn, lg *natslog.Log, cluster 
 	if readErr != nil {
 		return Status{}, readErr
 	}
-	return health.Assemble(cluster, st, origin.Snapshot, read, time.Now()), nil
+	out := health.Assemble(cluster, st, origin.Snapshot, read, time.Now())
+	out.Stream = replicas
+	return out, nil
+}
+
+// replicasRead bounds status's stream info, which only the stream's
+// leader answers (in a millisecond or two): the replicas are what status
+// adds when it has them, never what it waits for.
+const replicasRead = staleAfter
+
+// replicasGrace is how long status waits for the replicas once the rest
+// of its read is done.
+const replicasGrace = 100 * time.Millisecond
+
+// streamReplicas is the event stream's replicas as its leader sees them,
+// judged (nil: one server, or no answer within replicasRead).
+func streamReplicas(ctx context.Context, lg *natslog.Log) *health.StreamReplicas {
+	leader, rs, err := lg.Replicas(ctx)
+	if err != nil || len(rs) == 0 {
+		return nil
+	}
+	out := &health.StreamReplicas{Stream: lg.Stream(), Leader: leader}
+	for _, r := range rs {
+		out.Replicas = append(out.Replicas, health.StreamReplica{Name: r.Name, Current: r.Current, Offline: r.Offline, LastSeenMS: r.LastSeen.Milliseconds(), Lag: r.Lag, Unheard: r.Unheard})
+	}
+	out.Judge()
+	return out
 }
 
 // leaseRead bounds status's read of the lease holder: the lease bucket
@@ -172,6 +210,9 @@ func printStatus(w io.Writer, s Status) {
 		fmt.Fprintln(w, s.Stale.String())
 	}
 	fmt.Fprintf(w, "cluster %s  seq %d  term %s  leader %s  lease holder %s  hash %s\n", s.Cluster, s.Seq, term, s.Leader, holder, s.Hash)
+	if s.Stream != nil {
+		fmt.Fprintln(w, s.Stream.String())
+	}
 	if si := s.FromSnapshot; si != nil {
 		fmt.Fprintf(w, "folded from snapshot %s (seq %d, written by %s in term %d)\n", si.Name, si.Seq, si.Writer, si.LeaderTerm)
 	}

@@ -447,3 +447,44 @@ func (l *Log) deleteConsumer(ctx context.Context, name string) {
 // share one, and chosen before the first create request, so that asking
 // again makes no second consumer.
 func consumerName() string { return "termlog-reader-" + rand.Text() }
+
+// Replica is one server's copy of the stream as the stream's leader sees
+// it (jetstream.PeerInfo).
+type Replica struct {
+	Name     string
+	Current  bool
+	Offline  bool
+	LastSeen time.Duration // since the leader last heard from it
+	Lag      uint64
+	// Unheard: the leader has not heard from it since it took over the
+	// stream; LastSeen is then how long it has led.
+	Unheard bool
+}
+
+// Replicas asks the stream's leader (one stream info, asked again while it
+// is not answered, until ctx ends) who leads the stream and how it sees
+// the other replicas. A stream of one replica has none.
+func (l *Log) Replicas(ctx context.Context) (leader string, replicas []Replica, err error) {
+	info, err := l.info(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	ci := info.Cluster
+	if ci == nil {
+		return "", nil, nil
+	}
+	for _, p := range ci.Replicas {
+		if p == nil {
+			continue
+		}
+		r := Replica{Name: p.Name, Current: p.Current, Offline: p.Offline, LastSeen: p.Active, Lag: p.Lag}
+		// Active 0 and not current: this leader has not heard from it
+		// since it took over (a replica on the node the old leader died
+		// with): silent for as long as it has led.
+		if p.Active == 0 && !p.Current && ci.LeaderSince != nil {
+			r.LastSeen, r.Unheard = max(time.Since(*ci.LeaderSince), 0), true
+		}
+		replicas = append(replicas, r)
+	}
+	return ci.Leader, replicas, nil
+}

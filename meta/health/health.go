@@ -44,6 +44,83 @@ type Status struct {
 	// copy (the leader's last health record) read while the stream's
 	// leader did not answer: never healthy, exit 1.
 	Stale *StaleCopy `json:"stale,omitempty"`
+	// Stream is the event stream's NATS replicas as the stream's leader
+	// sees them (absent: a single server, or no answer in time): which
+	// node's copy is gone.
+	Stream *StreamReplicas `json:"stream,omitempty"`
+}
+
+// StreamReplicas is the event stream's replicas as its leader answered a
+// stream info.
+type StreamReplicas struct {
+	Stream string `json:"stream"`
+	Leader string `json:"leader"`
+	// Replicas are the other servers holding a copy (not the leader).
+	Replicas []StreamReplica `json:"replicas"`
+}
+
+// StreamReplica is one server's copy of the event stream as the stream's
+// leader sees it.
+type StreamReplica struct {
+	Name    string `json:"name"`
+	Current bool   `json:"current"`
+	Offline bool   `json:"offline,omitempty"`
+	// LastSeenMS is how long ago the leader last heard from it (NATS Raft
+	// heartbeats every second).
+	LastSeenMS int64  `json:"last_seen_ms"`
+	Lag        uint64 `json:"lag,omitempty"`
+	// Unheard: the leader has not heard from it since it took over the
+	// stream (a replica on the node the old leader died with); LastSeenMS
+	// is then how long it has led.
+	Unheard bool `json:"unheard,omitempty"`
+	// Gone: the leader has not heard from it for ReplicaGoneAfter, or
+	// knows its server offline (see Judge).
+	Gone bool `json:"gone"`
+}
+
+// ReplicaGoneAfter is how long a replica of the event stream may be
+// silent to its leader before status calls it gone: three of NATS Raft's
+// one-second heartbeats missed. (The leader's own "current" stays true
+// for up to 10 s after a follower died, while nothing was appended.)
+const ReplicaGoneAfter = 3 * time.Second
+
+// Judge marks each replica gone or not; the ones gone are returned by
+// name. A gone replica is not a problem of the cluster's health (the
+// stream keeps its quorum; status's exit is termlog's state): status
+// names it so an operator knows which node to look at.
+func (r *StreamReplicas) Judge() (gone []string) {
+	if r == nil {
+		return nil
+	}
+	for i := range r.Replicas {
+		rp := &r.Replicas[i]
+		rp.Gone = rp.Offline || time.Duration(rp.LastSeenMS)*time.Millisecond >= ReplicaGoneAfter
+		if rp.Gone {
+			gone = append(gone, rp.Name)
+		}
+	}
+	return gone
+}
+
+// String is the replicas line of status's table.
+func (r *StreamReplicas) String() string {
+	line := fmt.Sprintf("event stream %s: leader %s", r.Stream, r.Leader)
+	for _, rp := range r.Replicas {
+		seen := (time.Duration(rp.LastSeenMS) * time.Millisecond).Round(100 * time.Millisecond)
+		switch {
+		case rp.Gone && rp.Offline:
+			line += fmt.Sprintf(", %s GONE (offline, last heard %s ago)", rp.Name, seen)
+		case rp.Gone && rp.Unheard:
+			line += fmt.Sprintf(", %s GONE (not heard from since this leader took over, %s ago)", rp.Name, seen)
+		case rp.Gone:
+			line += fmt.Sprintf(", %s GONE (not heard from for %s)", rp.Name, seen)
+		case !rp.Current:
+			line += fmt.Sprintf(", %s behind (lag %d)", rp.Name, rp.Lag)
+		default:
+			line += ", " + rp.Name + " current"
+		}
+	}
+	return line
 }
 
 // StaleCopy is why a status is not a read of the stream: it was answered from

@@ -56,3 +56,28 @@ func TestAssembleRecordTooOldIsStale(t *testing.T) {
 		t.Fatalf("a record past the bound: healthy %v, age %d ms, problems %q; want unhealthy, 6100 ms, only %q", s.Health.Healthy, s.Health.AgeMS, s.Health.Problems, want)
 	}
 }
+
+// TestStreamReplicasJudge: a replica of the event stream is gone when its
+// leader knows its server offline or has not heard from it for
+// ReplicaGoneAfter, whatever "current" says (the leader keeps a dead
+// follower current while nothing is appended); the table names it.
+func TestStreamReplicasJudge(t *testing.T) {
+	r := &StreamReplicas{Stream: "TERMLOG_TERMLOG", Leader: "n1", Replicas: []StreamReplica{
+		{Name: "n2", Current: true, LastSeenMS: 400},
+		{Name: "n3", Current: true, LastSeenMS: ReplicaGoneAfter.Milliseconds()},
+		{Name: "n4", Current: false, Offline: true, LastSeenMS: 200},
+		{Name: "n5", Current: false, Lag: 7, LastSeenMS: 2999},
+		{Name: "n6", Unheard: true, LastSeenMS: 4000},
+	}}
+	gone := r.Judge()
+	if strings.Join(gone, " ") != "n3 n4 n6" || r.Replicas[0].Gone || r.Replicas[3].Gone {
+		t.Fatalf("gone %v, replicas %+v: want n3 (silent %s) and n4 (offline)", gone, r.Replicas, ReplicaGoneAfter)
+	}
+	want := "event stream TERMLOG_TERMLOG: leader n1, n2 current, n3 GONE (not heard from for 3s), n4 GONE (offline, last heard 200ms ago), n5 behind (lag 7), n6 GONE (not heard from since this leader took over, 4s ago)"
+	if got := r.String(); got != want {
+		t.Fatalf("line:\n got %s\nwant %s", got, want)
+	}
+	if (*StreamReplicas)(nil).Judge() != nil {
+		t.Fatal("no replicas: none gone")
+	}
+}
