@@ -47,7 +47,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,6 +55,8 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/termlog/termlog/internal/mounts"
 )
 
 // DirMode says when a namespace change becomes durable.
@@ -669,37 +670,12 @@ func (f *FS) toTrash(rel string) (string, error) {
 // process that died mounted leaves one behind: every access to it fails
 // with ENOTCONN). Live mounts of other processes are left alone.
 func SweepStale() {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 3 || fields[2] != "fuse.lazyfs" {
-			continue
-		}
-		mp := unescapeMount(fields[1])
+	for _, mp := range mounts.Of("fuse.lazyfs") {
 		var st syscall.Stat_t
 		if err := syscall.Stat(mp, &st); errors.Is(err, syscall.ENOTCONN) {
 			_ = unix.Unmount(mp, unix.MNT_DETACH)
 		}
 	}
-}
-
-// unescapeMount undoes /proc/mounts' octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Available says why lazy mounts cannot work here (nil: they can): it

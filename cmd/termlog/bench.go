@@ -92,6 +92,7 @@ issue's target sizes are --workers 10000 --events 1000000 (about 4 minutes).`,
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "workers for register, heartbeat, failover and memory (target size: 10000)")
 	f.IntVar(&cfg.Events, "events", cfg.Events, "events for fold, replay and catchup (target size: 1000000)")
 	f.IntVar(&cfg.Appends, "appends", 0, "appends in each append series (default min(--events, 10000))")
+	f.IntVar(&cfg.GroupedAppends, "grouped-appends", 0, "sync: events of the grouped series and its raw atomic-batch baseline (default max(--appends, 100000): their ratio is steady only at that size)")
 	f.StringVar(&only, "only", "", "comma-separated groups to run: "+strings.Join(bench.Groups(), ","))
 	f.DurationVar(&cfg.HeartbeatFor, "heartbeat-for", cfg.HeartbeatFor, "heartbeat measuring window (once for the leader, once for the baseline)")
 	f.DurationVar(&cfg.Lease, "lease", cfg.Lease, "meta lease (the failover target is lease + 1 s)")

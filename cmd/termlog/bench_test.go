@@ -20,11 +20,13 @@ import (
 func TestBenchCommand(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) }) // registered first: runs last
 	out := filepath.Join(t.TempDir(), "bench.json")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A bound against a hang, not a budget: the run takes about 15 s
+	// (the figures, not their times, are what is checked).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	root := newRoot()
-	root.SetArgs([]string{"bench", "--json", "--out", out, "--workers", "5", "--events", "200",
+	root.SetArgs([]string{"bench", "--json", "--out", out, "--workers", "5", "--events", "200", "--grouped-appends", "2000",
 		"--heartbeat-for", "1s", "--lease", "1s", "--phase-timeout", "30s"})
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/termlog/termlog/internal/mounts"
 )
 
 // What a run of this project's tests may leave on the machine when a test
@@ -123,36 +125,7 @@ func deadNamespaces() []string {
 }
 
 // lazyfsMounts are the mount points of chaos/lazyfs's mounts.
-func lazyfsMounts() []string {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[2] == "fuse.lazyfs" {
-			out = append(out, unescapeMount(f[1]))
-		}
-	}
-	return out
-}
-
-// unescapeMount undoes /proc/mounts' octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func lazyfsMounts() []string { return mounts.Of("fuse.lazyfs") }
 
 // otherRunLive reports whether a testsum run other than own still has
 // processes running (then the mounts may be its, and are left alone).

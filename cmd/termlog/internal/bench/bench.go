@@ -57,6 +57,10 @@ type Config struct {
 	// Appends bounds each append series (fenced, raw sync, raw async);
 	// default min(Events, 10000).
 	Appends int
+	// GroupedAppends is the size of the sync group's grouped series and of
+	// its raw atomic-batch baseline (default syncGroupedMin, 100000: their
+	// ratio is steady only at that size).
+	GroupedAppends int
 	// HeartbeatFor is the heartbeat measuring window (default 10s), once for
 	// the leader and once for the baseline responder.
 	HeartbeatFor time.Duration
@@ -210,6 +214,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Appends == 0 {
 		c.Appends = min(c.Events, 10_000)
 	}
+	if c.GroupedAppends == 0 {
+		c.GroupedAppends = max(c.Appends, syncGroupedMin)
+	}
 	if c.HeartbeatFor == 0 {
 		c.HeartbeatFor = d.HeartbeatFor
 	}
@@ -238,6 +245,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("events %d: want 100..10000000", c.Events)
 	case c.Appends < 1 || c.Appends > 1_000_000:
 		return c, fmt.Errorf("appends %d: want 1..1000000", c.Appends)
+	case c.GroupedAppends < 1 || c.GroupedAppends > 1_000_000:
+		return c, fmt.Errorf("grouped appends %d: want 1..1000000", c.GroupedAppends)
 	case c.HeartbeatFor < time.Second || c.HeartbeatFor > 10*time.Minute:
 		return c, fmt.Errorf("heartbeat window %s: want 1s..10m", c.HeartbeatFor)
 	case c.PhaseTimeout < time.Second || c.BurstTimeout < time.Second:

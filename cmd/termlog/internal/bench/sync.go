@@ -97,7 +97,7 @@ func (r *run) syncCost(ctx context.Context) error {
 		r.progress("sync: NATS JetStream at %s (%s)", e.url(), e.what())
 	}
 	n := min(r.cfg.Appends, syncSingleMax)
-	evs, bodies, err := registrations(max(r.cfg.Appends, syncGroupedMin))
+	evs, bodies, err := registrations(r.cfg.GroupedAppends)
 	if err != nil {
 		return err
 	}
