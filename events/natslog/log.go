@@ -215,9 +215,17 @@ func Unanswered(err error) bool { return unanswered(err) }
 // unanswered reports whether a request failed without an answer (nobody
 // answered in time, or nobody listened) or with a transient answer of a
 // cluster electing a leader: asking again may succeed.
+//
+// A request made while the connection reconnects is not sent at all: with
+// nats.ReconnectBufSize(-1) (termlog's roles buffer nothing through a
+// reconnect) nats.go refuses it at once with ErrReconnectBufExceeded.
+// It is asked again too: before this, a role opening its stream while its
+// NATS node restarted failed its open instead of waiting for the
+// reconnect (TestOpenDuringElection, "nats: outbound buffer limit
+// exceeded").
 func unanswered(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) {
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrReconnectBufExceeded) {
 		return true
 	}
 	var apiErr *jetstream.APIError
