@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -66,7 +67,15 @@ var faultTable = []faultKind{
 		aim:   aimMetaLeader,
 		inject: func(_ context.Context, _ *Runner, _ Step, l *stepLog, v victim) error {
 			l.add("SIGSTOP meta leader %s", v.p.Name)
-			return v.p.Pause()
+			if err := v.p.Pause(); errors.Is(err, ErrNotRunning) {
+				// Aimed while it ran, gone before the signal: an
+				// overlapping step (a meta-leader-kill) killed it. The
+				// pause has no victim left.
+				return fmt.Errorf("%w: %s ended before its SIGSTOP (an overlapping step killed it)", errStepSkipped, v.p.Name)
+			} else if err != nil {
+				return err
+			}
+			return nil
 		},
 		heal: func(_ context.Context, _ *Runner, _ Step, l *stepLog, v victim) error {
 			l.add("SIGCONT %s", v.p.Name)
@@ -213,6 +222,11 @@ func (d drawer) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(d.r.Int64N(int64(hi-lo)+1))
 }
 
+// errStepSkipped ends a step whose victim went away between its aim and
+// its inject (another step of the schedule ended it): nothing was done,
+// the step is logged as skipped, not counted, not a violation.
+var errStepSkipped = errors.New("victim gone")
+
 // runStep runs one step: its row's victim, inject, hold and heal.
 func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 	k := kindOf(st.Fault)
@@ -227,10 +241,14 @@ func (r *Runner) runStep(ctx context.Context, st Step, l *stepLog) error {
 	if k.partition && r.C.Net == nil {
 		return fmt.Errorf("%s needs a Netns cluster", st.Fault)
 	}
-	l.count(st.Fault)
-	if err := k.inject(ctx, r, st, l, v); err != nil {
+	if err := k.inject(ctx, r, st, l, v); errors.Is(err, errStepSkipped) {
+		l.add("%s: %v; skipped", st.Fault, err)
+		return nil
+	} else if err != nil {
+		l.count(st.Fault)
 		return err
 	}
+	l.count(st.Fault)
 	if k.hold == nil {
 		sleepCtx(ctx, st.Hold)
 	} else if err := k.hold(ctx, r, st, l, v); err != nil {

@@ -176,6 +176,10 @@ func (p *Proc) Reap() bool {
 	}
 }
 
+// ErrNotRunning: the process has no current run (it was killed, or
+// exited, and not started again).
+var ErrNotRunning = errors.New("not running")
+
 // Pause sends SIGSTOP.
 func (p *Proc) Pause() error { return p.signal(syscall.SIGSTOP, true) }
 
@@ -186,7 +190,7 @@ func (p *Proc) signal(sig syscall.Signal, paused bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
-		return fmt.Errorf("%s: not running", p.Name)
+		return fmt.Errorf("%s: %w", p.Name, ErrNotRunning)
 	}
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("%s: %v: %w", p.Name, sig, err)
