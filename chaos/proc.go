@@ -35,7 +35,7 @@ func (p *Proc) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
-		return fmt.Errorf("%s: already running (pid %d)", p.Name, p.cmd.Process.Pid)
+		return fmt.Errorf("%s: %w (pid %d)", p.Name, ErrAlreadyRunning, p.cmd.Process.Pid)
 	}
 	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -175,6 +175,9 @@ func (p *Proc) Reap() bool {
 		return false
 	}
 }
+
+// ErrAlreadyRunning: Start of a process that has a current run.
+var ErrAlreadyRunning = errors.New("already running")
 
 // ErrNotRunning: the process has no current run (it was killed, or
 // exited, and not started again).

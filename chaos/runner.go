@@ -270,7 +270,11 @@ func startQuiet(p *Proc) error {
 		return nil
 	}
 	p.Reap()
-	return p.Start()
+	// Another step's heal may have started it since the look above.
+	if err := p.Start(); err != nil && !errors.Is(err, ErrAlreadyRunning) {
+		return err
+	}
+	return nil
 }
 
 func procNames(ps []*Proc) []string {
