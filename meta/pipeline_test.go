@@ -27,6 +27,10 @@ type gateLog struct {
 	before map[int]func()
 	hold   map[int]chan struct{}
 	lose   map[int]bool
+	// holdFrom > 0: every append from the holdFrom-th on waits for
+	// holdAll (see holdAppends).
+	holdFrom int
+	holdAll  chan struct{}
 
 	pmu       sync.Mutex
 	pauseFrom uint64
@@ -42,6 +46,9 @@ func (g *gateLog) AppendAsync(ctx context.Context, expected uint64, prevID strin
 	g.n++
 	n := g.n
 	before, hold, lose := g.before[n], g.hold[n], g.lose[n]
+	if g.holdFrom > 0 && n >= g.holdFrom {
+		hold = g.holdAll
+	}
 	g.mu.Unlock()
 	if before != nil {
 		before()
