@@ -28,9 +28,6 @@ import (
 //     live nodes within its --timeout, wherever the frozen node falls in
 //     its random order.
 func TestFrozenNATSNodePassedOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	bin := buildBinary(t)
 	auth := authDir(t, bin, t.TempDir(), "auth")
 	nodes, url := startNATS3(t, bin, "--auth-dir", auth)
