@@ -181,21 +181,31 @@ func (r *Run) subtestUnfinished(t *test) bool {
 var (
 	// fileLine is how testing prefixes t.Log, t.Error and t.Fatal.
 	fileLine = regexp.MustCompile(`^\s+[\w./-]+\.go:\d+: `)
-	framing  = regexp.MustCompile(`^(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|FAIL|SKIP)|\s*(PASS|FAIL|ok)\b)`)
-	alarms   = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE", "found unexpected goroutines", "test timed out"}
+	// logLine is a JSON logger's line through t.Log (zerolog's test
+	// writer): what a test logs, never why it failed.
+	logLine = regexp.MustCompile(`^\s+[\w./-]+\.go:\d+: \{"level":"`)
+	framing = regexp.MustCompile(`^(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|FAIL|SKIP)|\s*(PASS|FAIL|ok)\b)`)
+	alarms  = []string{"panic: ", "fatal error: ", "WARNING: DATA RACE", "found unexpected goroutines", "test timed out"}
 )
 
 // firstError picks the line of a test's output that says why it failed:
 // a panic, a race or a leak report first; else the last line testing
-// prefixed with its file and line before the end (t.Fatal ends a test,
-// and testing cannot tell an Error from a Log in the output); else the
-// first line that is not testing's framing.
+// prefixed with its file and line before the end that is not a JSON
+// logger's (t.Fatal ends a test, and testing cannot tell an Error from a
+// Log in the output; a logger writes on from cleanups after the Fatal);
+// else the last line with a file and line; else the first line that
+// is not testing's framing.
 func firstError(lines []string) string {
 	for _, a := range alarms {
 		for _, l := range lines {
 			if strings.Contains(l, a) {
 				return clip(l)
 			}
+		}
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if fileLine.MatchString(lines[i]) && !logLine.MatchString(lines[i]) {
+			return clip(lines[i])
 		}
 	}
 	for i := len(lines) - 1; i >= 0; i-- {

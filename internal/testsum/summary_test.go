@@ -9,7 +9,8 @@ import (
 )
 
 // stream is a `go test -json` run, one event a line, with the module
-// "m": a subtest that fails (its parent fails only because of it), a
+// "m": a subtest that fails (its parent fails only because of it; a
+// logger writes after its Fatal, as a cleanup does), a
 // test still running when its package timed out, a package whose
 // TestMain failed after every test passed, a build failure, a pass.
 const stream = `
@@ -18,6 +19,7 @@ const stream = `
 {"Action":"output","Package":"m/a","Test":"TestParent/sub","Output":"=== RUN   TestParent/sub\n"}
 {"Action":"output","Package":"m/a","Test":"TestParent/sub","Output":"    a_test.go:10: started 3 nodes\n"}
 {"Action":"output","Package":"m/a","Test":"TestParent/sub","Output":"    a_test.go:20: crash of nats-3: device or resource busy\n"}
+{"Action":"output","Package":"m/a","Test":"TestParent/sub","Output":"    writer.go:27: {\"level\":\"info\",\"message\":\"stopped leading\"}\n"}
 {"Action":"output","Package":"m/a","Test":"TestParent/sub","Output":"--- FAIL: TestParent/sub (18.53s)\n"}
 {"Action":"fail","Package":"m/a","Test":"TestParent/sub","Elapsed":18.53}
 {"Action":"fail","Package":"m/a","Test":"TestParent","Elapsed":18.6}
