@@ -173,18 +173,35 @@ func (s *rpcServer) serve(ctx context.Context) {
 // to hand over what the connection had already taken in.
 const drainWait = time.Second
 
+// drainQuiet is how long a drain waits, with nothing pending in the
+// client, for the subscription to take in anything more before it takes
+// NATS for silent (a leader cut from it) and ends. It is spent from the
+// lease of a cut leader, which must stop within it (TestPartitions: the
+// term ends at 2/3 of a 2 s lease there): short, but far longer than a
+// starved read loop's pause between two reads.
+const drainQuiet = 100 * time.Millisecond
+
 // drain ends the term's subscription without dropping what the connection
 // had already taken in: Drain tells the server to send no more, and every
 // request still pending in the client goes through enqueue, which answers
 // it "not the leader" (the term ended), so its client asks the next leader
 // at once. An Unsubscribe would drop them unanswered, each to wait out its
-// request timeout. It waits for the client's pending count, not for the
-// drain's end: that needs the server's answer to a flush, which a leader
-// cut from NATS never gets (and a term's end must not wait on NATS: the
-// partition scenarios time it against the lease). The pending count drops
-// after a callback returns, so at 0 no callback that saw the term still
-// running can queue a request behind answerQueued; later ones see it ended
-// and answer at once.
+// request timeout.
+//
+// It waits for the drain's end: nats.go ends it once the server has
+// answered a flush sent after the unsubscribe (so every request the server
+// had routed here before it has been read) and nothing is pending. A
+// client's pending count of 0 alone does not say that: the server may
+// still be sending what it had routed here (a burst of 20,000 requests at
+// a stepdown left 10,000 in flight when the count first read 0, and the
+// Unsubscribe below dropped them unanswered: census 10 of
+// docs/testing.md). A leader cut from NATS never gets the flush answered,
+// and a term's end must not wait on NATS (the partition scenarios time it
+// against the lease): so it also ends once nothing is pending and the
+// subscription has taken in nothing for drainQuiet, and in any case after
+// drainWait. The pending count drops after a callback returns, so at 0 no
+// callback that saw the term still running can queue a request behind
+// answerQueued; later ones see it ended and answer at once.
 //
 // The subscription must not outlive the term on the server. nats.go
 // resends every subscription it holds at a reconnect, a draining one too,
@@ -215,15 +232,29 @@ func (s *rpcServer) drain(sub *nats.Subscription) {
 	if err := sub.Drain(); err != nil {
 		return
 	}
-	deadline := time.Now().Add(drainWait)
+	start := time.Now()
+	deadline := start.Add(drainWait)
+	delivered, _ := sub.Delivered()
+	moved := start
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		n, _, err := sub.Pending()
-		if err != nil || n == 0 {
-			return // closed (drained), or nothing left in the client
+		if !sub.IsValid() {
+			return // drained: the server sent everything before its flush answer, and each was answered
 		}
-		if time.Now().After(deadline) {
+		n, _, err := sub.Pending()
+		if err != nil {
+			return // closed meanwhile
+		}
+		now := time.Now()
+		if d, _ := sub.Delivered(); d != delivered {
+			delivered, moved = d, now
+		}
+		if n == 0 && now.Sub(moved) >= drainQuiet {
+			s.logger.Info().Dur("quiet", drainQuiet).Msg("the term's RPC subscription drained nothing more and NATS did not answer its flush; ending it")
+			return
+		}
+		if now.After(deadline) {
 			s.logger.Warn().Int("pending", n).Dur("after", drainWait).Msg("the term's RPC subscription still had requests pending at its end; dropped unanswered")
 			return
 		}
