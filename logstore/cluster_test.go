@@ -191,11 +191,15 @@ func TestExecutorConfigChanges(t *testing.T) {
 		t.Fatalf("add at a member's address: %v", r)
 	}
 
-	// Store 3 stops the removed replica and removes its data.
-	testkit.Eventually(t, 10*time.Second, "replica 3 applies its own removal", func() bool {
-		si, ok := info(h3, 1)
-		return !ok || si.CCID >= res.CCID
-	})
+	// Store 3 stops the removed replica and removes its data. It does not
+	// wait for replica 3 to apply its own removal first: Raft does not
+	// promise a removed replica ever learns of it (the leader drops it
+	// from its followers when it applies the change, and a commit index
+	// that had not reached it by then never will). That is the second
+	// report's zombie, and why a store stops what its projection of the
+	// stream lists as removed; it is not what this test is about. (Waiting
+	// for it failed once in ~40 runs, on a quiet machine: census 11 of
+	// docs/testing.md.)
 	if err := h3.removeData(ctxTimeout(t, 10*time.Second), 1, 3); err != nil {
 		t.Fatal(err)
 	}
